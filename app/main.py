@@ -1,0 +1,103 @@
+"""The Litestar app: routes, error handlers, and the engine's lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import msgspec
+from litestar import Litestar
+from litestar.datastructures import State
+
+from app.errors import exception_handlers
+from app.metrics import build_registry
+from app.routes.chat import create_chat_completion
+from app.routes.health import health, metrics
+from app.routes.models import list_models
+from app.services.chat import ChatService
+from app.settings import Settings
+from engine.protocol import Engine
+
+log = logging.getLogger("lilac.app")
+
+
+def build_engine(settings: Settings) -> Engine:
+    """The vLLM engine the settings describe, with CPU defaults when there is no GPU."""
+    from engine.models import resolve_model
+    from engine.templates import load_template_file
+    from engine.vllm_engine import EngineConfig, VLLMEngine
+
+    model_path, default_name = resolve_model(settings.model)
+    on_gpu = settings.on_gpu
+    if not on_gpu:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
+    if os.path.isdir(model_path):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = EngineConfig(
+        model=model_path,
+        served_names=settings.served_model_name or (default_name,),
+        dtype=settings.dtype or ("auto" if on_gpu else "float32"),
+        max_model_len=settings.max_model_len,
+        enforce_eager=(not on_gpu) if settings.enforce_eager is None else settings.enforce_eager,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        seed=settings.seed,
+        chat_template=load_template_file(settings.chat_template)
+        if settings.chat_template
+        else None,
+    )
+    return VLLMEngine(config)
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> Litestar:
+    """Build the app. Without `engine`, one is built from `settings` and started in the
+    background, so that /health answers 503 while the model loads."""
+    settings = settings or Settings()
+    engine = engine or build_engine(settings)
+
+    @asynccontextmanager
+    async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
+        starter = asyncio.create_task(_start_engine(engine)) if not engine.is_ready() else None
+        try:
+            yield
+        finally:
+            if starter is not None and not starter.done():
+                starter.cancel()
+            await engine.shutdown()
+
+    state = State(
+        {
+            "engine": engine,
+            "chat": ChatService(engine),
+            "encoder": msgspec.json.Encoder(),
+            "metrics": build_registry(engine),
+            "settings": settings,
+        }
+    )
+    return Litestar(
+        route_handlers=[create_chat_completion, list_models, health, metrics],
+        exception_handlers=exception_handlers,  # type: ignore[arg-type]
+        lifespan=[engine_lifespan],
+        state=state,
+        openapi_config=None,
+    )
+
+
+async def _start_engine(engine: Engine) -> None:
+    try:
+        await engine.start()
+        log.info("engine ready: serving %s", ", ".join(engine.model.served_names))
+    except Exception:
+        # A server that cannot load its model must not linger half-alive.
+        log.exception("engine failed to start; exiting")
+        os._exit(3)
+
+
+def app_from_environment() -> Litestar:
+    """Factory for granian's worker: settings travel as JSON in LILAC_SETTINGS_JSON."""
+    raw = os.environ.get("LILAC_SETTINGS_JSON")
+    settings = msgspec.json.decode(raw, type=Settings) if raw else Settings()
+    return create_app(settings)

@@ -1,0 +1,20 @@
+"""GET /health for load balancers, GET /metrics for Prometheus."""
+
+from __future__ import annotations
+
+from litestar import MediaType, Request, Response, get
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.errors import ServiceUnavailable
+
+
+@get("/health", media_type=MediaType.JSON)
+async def health(request: Request) -> dict[str, str]:
+    if not request.app.state.engine.is_ready():
+        raise ServiceUnavailable("The model is still loading.", retry_after=5)
+    return {"status": "ok"}
+
+
+@get("/metrics")
+async def metrics(request: Request) -> Response[bytes]:
+    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,140 @@
+"""Wire types of POST /v1/chat/completions (request, response, stream chunks).
+
+Requests are decoded once, strictly typed but tolerant of unknown fields: the
+official SDKs send extras. Bounds live in `Meta` so that a violation becomes a
+400 naming the field, before anything reaches the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+# ---------------------------------------------------------------- request
+
+
+class TextPart(Struct, tag_field="type", tag="text"):
+    text: str
+
+
+ContentPart = TextPart
+Content = str | list[ContentPart]
+
+
+class SystemMessage(Struct, tag_field="role", tag="system"):
+    content: Content
+    name: str | None = None
+
+
+class DeveloperMessage(Struct, tag_field="role", tag="developer"):
+    content: Content
+    name: str | None = None
+
+
+class UserMessage(Struct, tag_field="role", tag="user"):
+    content: Content
+    name: str | None = None
+
+
+class AssistantMessage(Struct, tag_field="role", tag="assistant"):
+    content: Content | None = None
+    name: str | None = None
+
+
+class ToolMessage(Struct, tag_field="role", tag="tool"):
+    content: Content
+    tool_call_id: str
+
+
+Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+class StreamOptions(Struct):
+    include_usage: bool = False
+
+
+Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
+TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
+PositiveInt = Annotated[int, Meta(ge=1)]
+StopString = Annotated[str, Meta(min_length=1)]
+Stop = StopString | Annotated[list[StopString], Meta(max_length=4)]
+
+
+class ChatCompletionRequest(Struct, kw_only=True):
+    model: str
+    messages: Annotated[list[Message], Meta(min_length=1)]
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    max_tokens: PositiveInt | None = None
+    max_completion_tokens: PositiveInt | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: Stop | None = None
+    seed: int | None = None
+    n: Annotated[int, Meta(ge=1, le=1)] = 1
+    user: str | None = None
+    # vLLM extension used by benchmark clients: generate exactly max_tokens.
+    ignore_eos: bool = False
+
+
+# ---------------------------------------------------------------- response
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ResponseMessage(Struct, kw_only=True):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: None = None
+
+
+class Choice(Struct, kw_only=True):
+    index: int
+    message: ResponseMessage
+    logprobs: None = None
+    finish_reason: str | None
+
+
+class ChatCompletion(Struct, kw_only=True):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+# ---------------------------------------------------------------- stream
+
+
+class Delta(Struct, omit_defaults=True):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(Struct, kw_only=True):
+    index: int
+    delta: Delta
+    logprobs: None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(Struct, kw_only=True):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    # Present (null on all but the last chunk) only when usage was asked for; UNSET is
+    # never encoded.
+    usage: Usage | UnsetType | None = UNSET
+
+
+chat_request_decoder = msgspec.json.Decoder(ChatCompletionRequest)

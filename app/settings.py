@@ -1,0 +1,116 @@
+"""One typed settings object, from command-line flags, environment variables and defaults.
+
+Every flag `--some-flag` can also be set as `LILAC_SOME_FLAG`; a flag given on
+the command line wins over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import msgspec
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    model: str | None = None  # None: the default model, prepared on first use
+    served_model_name: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_model_len: int | None = None
+    dtype: str | None = None  # None: float32 on CPU, auto on GPU
+    enforce_eager: bool | None = None  # None: on for CPU, off for GPU
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    cpu_kvcache_space_gib: int = 2
+    chat_template: str | None = None
+    seed: int = 0
+    log_level: str = "info"
+
+    @property
+    def on_gpu(self) -> bool:
+        return has_nvidia_gpu()
+
+
+def has_nvidia_gpu() -> bool:
+    return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
+
+
+# (flag, type, help). The environment variable is LILAC_ + the flag in capitals.
+_FLAGS: list[tuple[str, type | object, str]] = [
+    (
+        "model",
+        str,
+        "model to serve: a local checkpoint folder or a Hugging Face id "
+        "(default: SmolLM2-135M-Instruct, prepared on first use)",
+    ),
+    (
+        "served-model-name",
+        str,
+        "name(s) clients use in `model`, comma-separated (default: the model's id)",
+    ),
+    ("host", str, "address to listen on (default 127.0.0.1)"),
+    ("port", int, "port to listen on (default 8000)"),
+    ("max-model-len", int, "context length (default: the model's)"),
+    (
+        "dtype",
+        str,
+        "weights and activations dtype: auto, float32, bfloat16, float16 "
+        "(default: float32 on CPU, auto on GPU)",
+    ),
+    ("enforce-eager", _bool, "disable CUDA graphs / torch.compile (default: true on CPU)"),
+    ("tensor-parallel-size", int, "GPUs to shard the model over (default 1)"),
+    ("gpu-memory-utilization", float, "fraction of accelerator memory vLLM may use (default 0.9)"),
+    ("cpu-kvcache-space-gib", int, "KV cache size on CPU, GiB (default 2)"),
+    ("chat-template", str, "Jinja chat-template file overriding the model's"),
+    ("seed", int, "engine random seed (default 0)"),
+    ("log-level", str, "debug, info, warning or error (default info)"),
+]
+
+
+def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    for flag, kind, help_text in _FLAGS:
+        env_name = "LILAC_" + flag.upper().replace("-", "_")
+        parser.add_argument(f"--{flag}", type=kind, default=None, help=f"{help_text} [{env_name}]")
+    return parser
+
+
+def settings_from(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Merge flags over environment over defaults; validate types once."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for flag, kind, _ in _FLAGS:
+        field = flag.replace("-", "_")
+        value = getattr(args, field, None) if args is not None else None
+        if value is None:
+            raw = environ.get("LILAC_" + field.upper())
+            if raw is None or raw == "":
+                continue
+            try:
+                value = kind(raw)  # type: ignore[operator]
+            except (ValueError, argparse.ArgumentTypeError) as exc:
+                raise SystemExit(f"LILAC_{field.upper()}: {exc}") from exc
+        values[field] = value
+    if isinstance(values.get("served_model_name"), str):
+        names = str(values["served_model_name"]).split(",")
+        values["served_model_name"] = tuple(n.strip() for n in names if n.strip())
+    return msgspec.convert(values, Settings)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Settings:
+    parser = build_parser(argparse.ArgumentParser(prog="lilac-serve serve"))
+    return settings_from(parser.parse_args(argv))

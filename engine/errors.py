@@ -1,0 +1,49 @@
+"""Errors the engine raises; the HTTP side maps each to one status in `app.errors`."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class: the engine could not serve the request."""
+
+
+class EngineRequestError(EngineError):
+    """The request is invalid for this model (the client's fault)."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+class ContextLengthExceeded(EngineRequestError):
+    def __init__(
+        self, prompt_tokens: int, requested_output: int | None, max_model_len: int
+    ) -> None:
+        if requested_output is None:
+            message = (
+                f"This model's maximum context length is {max_model_len} tokens, and the "
+                f"prompt has {prompt_tokens} tokens, which leaves no room for output."
+            )
+            param = "messages"
+        else:
+            message = (
+                f"This model's maximum context length is {max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + requested_output} tokens ({prompt_tokens} in the "
+                f"prompt, {requested_output} for the completion). Please reduce the prompt "
+                f"or the completion length."
+            )
+            param = "max_tokens"
+        super().__init__(message, param=param, code="context_length_exceeded")
+        self.prompt_tokens = prompt_tokens
+        self.requested_output = requested_output
+        self.max_model_len = max_model_len
+
+
+class EngineUnavailable(EngineError):
+    """The engine is not ready (starting, or stopped)."""
+
+
+class EngineFailure(EngineError):
+    """The engine broke while generating; details are logged, not sent."""

@@ -1,0 +1,97 @@
+"""An Engine that plays back scripted tokens: fast tests of the HTTP side and frontend benchmarks.
+
+It honours the same contract as the vLLM engine (context-length errors before the
+first output, aborts on close) but generates instantly, or with a set delay per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+
+from engine.errors import ContextLengthExceeded, EngineUnavailable
+from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ModelInfo
+
+
+class ScriptedEngine:
+    def __init__(
+        self,
+        tokens: Sequence[str] = ("Hello", ",", " world", "!"),
+        *,
+        served_names: tuple[str, ...] = ("scripted",),
+        max_model_len: int = 2048,
+        token_delay_s: float = 0.0,
+        ready: bool = True,
+    ) -> None:
+        self.tokens = list(tokens)
+        self.token_delay_s = token_delay_s
+        self._model = ModelInfo(served_names, max_model_len, int(time.time()), "scripted")
+        self._ready = ready
+        self.running: set[str] = set()
+        self.aborted: list[str] = []
+        self.requests: list[GenerateRequest] = []
+
+    @property
+    def model(self) -> ModelInfo:
+        return self._model
+
+    async def start(self) -> None:
+        self._ready = True
+
+    async def shutdown(self) -> None:
+        self._ready = False
+
+    def is_ready(self) -> bool:
+        return self._ready
+
+    def unfinished_requests(self) -> int:
+        return len(self.running)
+
+    async def abort(self, request_id: str) -> None:
+        if request_id in self.running:
+            self.running.discard(request_id)
+            self.aborted.append(request_id)
+
+    def prompt_tokens(self, request: GenerateRequest) -> int:
+        """One token per word of the prompt: enough to exercise length limits."""
+        if request.messages is not None:
+            return sum(len(str(m.get("content", "")).split()) + 3 for m in request.messages)
+        return len((request.prompt or "").split())
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+        if not self._ready:
+            raise EngineUnavailable("The model is still loading.")
+        self.requests.append(request)
+        prompt_tokens = self.prompt_tokens(request)
+        room = self._model.max_model_len - prompt_tokens
+        wanted = request.sampling.max_tokens
+        if (wanted is None and room <= 0) or (wanted is not None and wanted > room):
+            raise ContextLengthExceeded(prompt_tokens, wanted, self._model.max_model_len)
+        limit = room if wanted is None else wanted
+        script = self.tokens if request.sampling.ignore_eos is False else self._cycled(limit)
+        emitted = script[:limit]
+        natural_end = len(script) <= limit and not request.sampling.ignore_eos
+        self.running.add(request.request_id)
+        finished = False
+        try:
+            for position, token in enumerate(emitted):
+                if self.token_delay_s:
+                    await asyncio.sleep(self.token_delay_s)
+                last = position == len(emitted) - 1
+                finish = ("stop" if natural_end else "length") if last else None
+                yield GenerateOutput(
+                    prompt_tokens=prompt_tokens,
+                    choices=[
+                        ChoiceDelta(index=i, text=token, token_count=1, finish_reason=finish)
+                        for i in range(request.sampling.n)
+                    ],
+                )
+            finished = True
+        finally:
+            self.running.discard(request.request_id)
+            if not finished:
+                self.aborted.append(request.request_id)
+
+    def _cycled(self, count: int) -> list[str]:
+        return [self.tokens[i % len(self.tokens)] for i in range(count)]

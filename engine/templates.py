@@ -1,0 +1,88 @@
+"""Chat-template rendering in a sandboxed Jinja environment.
+
+Request content flows into templates, so rendering is sandboxed: no attribute
+or file escapes. Compiled templates are cached by source text.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError, Undefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from engine.errors import EngineRequestError
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+
+class TemplateRaised(EngineRequestError):
+    """The chat template refused the conversation (its own `raise_exception`)."""
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateRaised(f"The chat template rejected the messages: {message}", param="messages")
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, **_: Any) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, undefined=Undefined, autoescape=False
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+_ENV = _environment()
+_STRICT_ENV = _environment()
+_STRICT_ENV.undefined = StrictUndefined
+
+
+@lru_cache(maxsize=32)
+def _compile(source: str):  # type: ignore[no-untyped-def]
+    return _ENV.from_string(source)
+
+
+def load_template_file(name_or_path: str) -> str:
+    """A template by path, or by name from the project's templates/ folder."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = TEMPLATES_DIR / f"{name_or_path}.jinja"
+    return path.read_text()
+
+
+def render_chat(
+    source: str,
+    messages: list[dict[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    special_tokens: dict[str, str] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
+    """Render a conversation into the prompt text the model expects."""
+    context: dict[str, Any] = dict(template_kwargs or {})
+    context.update(special_tokens or {})
+    context["messages"] = messages
+    context["add_generation_prompt"] = add_generation_prompt
+    try:
+        return _compile(source).render(context)
+    except EngineRequestError:
+        raise
+    except (TemplateError, TypeError, ValueError, KeyError) as exc:
+        raise EngineRequestError(
+            f"The messages could not be rendered with the model's chat template: {exc}",
+            param="messages",
+        ) from exc
