@@ -7,6 +7,7 @@ Code raises; `exception_handlers` turns each exception into the OpenAI envelope
 from __future__ import annotations
 
 import logging
+import math
 import re
 
 import msgspec
@@ -14,6 +15,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
 from app.schemas.errors import ErrorBody, ErrorEnvelope
+from engine.admission import AdmissionRejected, Drained
 from engine.errors import EngineError, EngineRequestError, EngineUnavailable
 
 log = logging.getLogger("lilac.errors")
@@ -22,6 +24,7 @@ log = logging.getLogger("lilac.errors")
 class APIError(Exception):
     status_code = 500
     error_type = "server_error"
+    retry_after: int | None = None  # seconds; sent as Retry-After and in the body
 
     def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -30,9 +33,12 @@ class APIError(Exception):
         self.code = code
 
     def body(self) -> ErrorBody:
-        return ErrorBody(
+        body = ErrorBody(
             message=self.message, type=self.error_type, param=self.param, code=self.code
         )
+        if self.retry_after is not None:
+            body.retry_after = self.retry_after
+        return body
 
 
 class InvalidRequest(APIError):
@@ -56,9 +62,22 @@ class ServiceUnavailable(APIError):
     status_code = 503
     error_type = "service_unavailable"
 
-    def __init__(self, message: str, retry_after: int = 5) -> None:
-        super().__init__(message, code="service_unavailable")
-        self.retry_after = retry_after
+    def __init__(
+        self, message: str, retry_after: float = 5, code: str = "service_unavailable"
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = max(1, math.ceil(retry_after))
+
+
+class TooManyRequests(APIError):
+    """A client over its fair share of the server (admission), not a global overload."""
+
+    status_code = 429
+    error_type = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after: float, code: str) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = max(1, math.ceil(retry_after))
 
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
@@ -91,7 +110,7 @@ def _join(path: str, field: str) -> str:
 
 def error_response(error: APIError) -> Response[bytes]:
     headers = {}
-    if isinstance(error, ServiceUnavailable):
+    if error.retry_after is not None:
         headers["Retry-After"] = str(error.retry_after)
     return Response(
         content=encode_error(error.body()),
@@ -113,6 +132,12 @@ def to_api_error(exc: Exception) -> APIError:
         return invalid_request_from_decode_error(exc)
     if isinstance(exc, EngineRequestError):
         return InvalidRequest(exc.message, param=exc.param, code=exc.code)
+    if isinstance(exc, AdmissionRejected):
+        if exc.status == 429:
+            return TooManyRequests(exc.message, exc.retry_after_s, exc.code)
+        return ServiceUnavailable(exc.message, exc.retry_after_s, exc.code)
+    if isinstance(exc, Drained):
+        return ServiceUnavailable(exc.message, exc.retry_after_s, code="draining")
     if isinstance(exc, EngineUnavailable):
         return ServiceUnavailable(str(exc) or "The model is not ready yet.")
     if isinstance(exc, EngineError):

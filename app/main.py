@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,11 +15,15 @@ from litestar.datastructures import State
 
 from app.errors import exception_handlers
 from app.metrics import build_registry
+from app.routes.admin import admission_drain, admission_resume, admission_status
 from app.routes.chat import create_chat_completion
 from app.routes.health import health, metrics
 from app.routes.models import list_models
+from app.services.admission import build_controller
 from app.services.chat import ChatService
 from app.settings import Settings
+from engine.admission_runtime import AdmissionController, AdmittedEngine
+from engine.gpu import Probe
 from engine.protocol import Engine
 
 log = logging.getLogger("lilac.app")
@@ -48,42 +53,84 @@ def build_engine(settings: Settings) -> Engine:
         chat_template=load_template_file(settings.chat_template)
         if settings.chat_template
         else None,
+        enable_sleep_mode=on_gpu and settings.release_memory,
     )
     return VLLMEngine(config)
 
 
-def create_app(settings: Settings | None = None, engine: Engine | None = None) -> Litestar:
+def create_app(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    *,
+    probe: Probe | None = None,
+    handle_sigterm: bool = False,
+) -> Litestar:
     """Build the app. Without `engine`, one is built from `settings` and started in the
-    background, so that /health answers 503 while the model loads."""
+    background, so that /health answers 503 while the model loads. `probe` overrides the
+    GPU probe the settings name; `handle_sigterm` makes SIGTERM drain before stopping."""
     settings = settings or Settings()
     engine = engine or build_engine(settings)
+    admission = build_controller(settings, engine, probe)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(engine)) if not engine.is_ready() else None
+        await admission.start()
+        if handle_sigterm:
+            _drain_on_sigterm(admission)
         try:
             yield
         finally:
             if starter is not None and not starter.done():
                 starter.cancel()
+            await admission.close()
             await engine.shutdown()
 
     state = State(
         {
             "engine": engine,
-            "chat": ChatService(engine),
+            "admission": admission,
+            "chat": ChatService(AdmittedEngine(engine, admission)),
             "encoder": msgspec.json.Encoder(),
             "metrics": build_registry(engine),
             "settings": settings,
         }
     )
     return Litestar(
-        route_handlers=[create_chat_completion, list_models, health, metrics],
+        route_handlers=[
+            create_chat_completion,
+            list_models,
+            health,
+            metrics,
+            admission_status,
+            admission_drain,
+            admission_resume,
+        ],
         exception_handlers=exception_handlers,  # type: ignore[arg-type]
         lifespan=[engine_lifespan],
         state=state,
         openapi_config=None,
     )
+
+
+def _drain_on_sigterm(admission: AdmissionController) -> None:
+    """SIGTERM: drain (in-flight requests get the grace period), then stop as on SIGINT,
+    which granian still handles. A second SIGTERM stops at once."""
+    loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task[None]] = []
+
+    async def drain_then_stop() -> None:
+        log.info("SIGTERM: draining for up to %.0f s before stopping", admission.policy.grace_s)
+        await admission.stop()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def on_sigterm() -> None:
+        if draining:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        draining.append(loop.create_task(drain_then_stop()))
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
 
 
 async def _start_engine(engine: Engine) -> None:
@@ -100,4 +147,4 @@ def app_from_environment() -> Litestar:
     """Factory for granian's worker: settings travel as JSON in LILAC_SETTINGS_JSON."""
     raw = os.environ.get("LILAC_SETTINGS_JSON")
     settings = msgspec.json.decode(raw, type=Settings) if raw else Settings()
-    return create_app(settings)
+    return create_app(settings, handle_sigterm=True)

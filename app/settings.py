@@ -1,7 +1,9 @@
-"""One typed settings object, from command-line flags, environment variables and defaults.
+"""One typed settings object, from command-line flags, environment variables, an optional
+TOML file and defaults.
 
 Every flag `--some-flag` can also be set as `LILAC_SOME_FLAG`; a flag given on
-the command line wins over the environment.
+the command line wins over the environment. The admission settings may also come
+from the `[admission]` table of the `--config` TOML file (`some_flag = ...`), below both.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -29,6 +32,25 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     chat_template: str | None = None
     seed: int = 0
     log_level: str = "info"
+    config: str | None = None  # TOML file; its [admission] table holds admission settings
+    # Admission: lending the GPU while its owner does not need it (engine.admission).
+    gpu_probe: str | None = None  # None: nvml where there is a GPU, none elsewhere
+    probe_interval: float = 1.0
+    owner_busy_util: float = 20.0
+    owner_light_util: float = 5.0
+    owner_busy_memory_mib: float = 1024.0
+    lending_windows: str | None = None
+    lending_timezone: str = "UTC"
+    grace_period: float = 30.0
+    resume_after: float = 60.0
+    max_concurrent: int = 16
+    throttled_concurrent: int = 2
+    max_queued: int = 64
+    max_queued_per_client: int = 16
+    queue_timeout: float = 30.0
+    kv_budget_tokens: int = 0
+    release_memory: bool = True
+    admin_key: str | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -77,7 +99,34 @@ _FLAGS: list[tuple[str, type | object, str]] = [
     ("chat-template", str, "Jinja chat-template file overriding the model's"),
     ("seed", int, "engine random seed (default 0)"),
     ("log-level", str, "debug, info, warning or error (default info)"),
+    ("config", str, "TOML file whose [admission] table sets the admission flags below"),
 ]
+
+# Admission flags: also accepted in the [admission] table of the --config file.
+_ADMISSION_FLAGS: list[tuple[str, type | object, str]] = [
+    ("gpu-probe", str, "owner-activity probe: nvml, none or scripted:FILE (default: nvml on GPU)"),
+    ("probe-interval", float, "seconds between probe samples (default 1)"),
+    ("owner-busy-util", float, "foreign GPU utilization %% meaning the owner is back (default 20)"),
+    ("owner-light-util", float, "foreign GPU utilization %% that throttles (default 5)"),
+    ("owner-busy-memory-mib", float, "foreign GPU memory meaning the owner is back (default 1024)"),
+    (
+        "lending-windows",
+        str,
+        "when lending is allowed, e.g. 'mon-fri 19:00-07:00,sat-sun 00:00-24:00' (default: any)",
+    ),
+    ("lending-timezone", str, "time zone of --lending-windows (default UTC)"),
+    ("grace-period", float, "seconds in-flight requests may finish after a reclaim (default 30)"),
+    ("resume-after", float, "seconds the owner must be idle before serving again (default 60)"),
+    ("max-concurrent", int, "requests running at once (default 16)"),
+    ("throttled-concurrent", int, "requests running at once while the owner is lightly active (2)"),
+    ("max-queued", int, "requests waiting for admission (default 64)"),
+    ("max-queued-per-client", int, "queued requests one client may hold; more get 429 (16)"),
+    ("queue-timeout", float, "seconds a request may wait in the queue (default 30)"),
+    ("kv-budget-tokens", int, "KV tokens admitted requests may claim (0: the engine's; -1: off)"),
+    ("release-memory", _bool, "free GPU memory (vLLM sleep mode) while yielded (default true)"),
+    ("admin-key", str, "bearer key for /admin routes (without it they answer 403)"),
+]
+_FLAGS += _ADMISSION_FLAGS
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -105,10 +154,29 @@ def settings_from(
             except (ValueError, argparse.ArgumentTypeError) as exc:
                 raise SystemExit(f"LILAC_{field.upper()}: {exc}") from exc
         values[field] = value
+    config = values.get("config")
+    if config:
+        for field, value in _admission_table(str(config)).items():
+            values.setdefault(field, value)
     if isinstance(values.get("served_model_name"), str):
         names = str(values["served_model_name"]).split(",")
         values["served_model_name"] = tuple(n.strip() for n in names if n.strip())
     return msgspec.convert(values, Settings)
+
+
+def _admission_table(path: str) -> dict[str, object]:
+    """The [admission] table of a TOML file, keys checked against the admission flags."""
+    try:
+        with open(path, "rb") as file:
+            table = tomllib.load(file).get("admission", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SystemExit(f"--config {path}: {exc}") from exc
+    known = {flag.replace("-", "_") for flag, _, _ in _ADMISSION_FLAGS}
+    fields = {key.replace("-", "_"): value for key, value in table.items()}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise SystemExit(f"--config {path}: unknown [admission] keys: {', '.join(unknown)}")
+    return fields
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:

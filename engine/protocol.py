@@ -36,6 +36,9 @@ class GenerateRequest:
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # For admission (engine.admission_runtime): fairness key and priority (lower: sooner).
+    client: str | None = None
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -64,6 +67,7 @@ class ModelInfo:
     max_model_len: int
     created: int
     root: str  # where the weights came from: a folder or a Hugging Face id
+    kv_cache_tokens: int = 0  # tokens the KV cache holds; 0: unknown
 
     @property
     def name(self) -> str:
@@ -92,3 +96,17 @@ class Engine(Protocol):
         before the first output. Closing or cancelling the iterator aborts the request."""
 
     async def abort(self, request_id: str) -> None: ...
+
+    # Yielding the GPU to its owner (engine.admission_runtime).
+
+    async def pause(self) -> None:
+        """Stop scheduling: abort whatever still runs; new requests wait for `resume`."""
+
+    async def resume(self) -> None: ...
+
+    async def release_memory(self) -> bool:
+        """While paused, free accelerator memory (weights and KV cache) if the platform
+        can; True when it did."""
+
+    async def reacquire_memory(self) -> None:
+        """Undo `release_memory` (before `resume`)."""

@@ -31,6 +31,11 @@ class ScriptedEngine:
         self.running: set[str] = set()
         self.aborted: list[str] = []
         self.requests: list[GenerateRequest] = []
+        self.paused = False
+        self.memory_released = False
+        self.pauses = 0  # how often the engine was paused (tests of yielding count them)
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
 
     @property
     def model(self) -> ModelInfo:
@@ -52,6 +57,25 @@ class ScriptedEngine:
         if request_id in self.running:
             self.running.discard(request_id)
             self.aborted.append(request_id)
+
+    async def pause(self) -> None:
+        # As vLLM's pause in "abort" mode: running requests end, new ones wait.
+        self.paused = True
+        self.pauses += 1
+        self._unpaused.clear()
+        for request_id in list(self.running):
+            await self.abort(request_id)
+
+    async def resume(self) -> None:
+        self.paused = False
+        self._unpaused.set()
+
+    async def release_memory(self) -> bool:
+        self.memory_released = True
+        return True
+
+    async def reacquire_memory(self) -> None:
+        self.memory_released = False
 
     def prompt_tokens(self, request: GenerateRequest) -> int:
         """One token per word of the prompt: enough to exercise length limits."""
@@ -78,6 +102,10 @@ class ScriptedEngine:
             for position, token in enumerate(emitted):
                 if self.token_delay_s:
                     await asyncio.sleep(self.token_delay_s)
+                await self._unpaused.wait()
+                if request.request_id not in self.running:
+                    finished = True  # `abort` recorded it already
+                    return  # as vLLM ends an aborted request's stream
                 last = position == len(emitted) - 1
                 finish = ("stop" if natural_end else "length") if last else None
                 yield GenerateOutput(

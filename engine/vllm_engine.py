@@ -34,6 +34,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     seed: int = 0
     chat_template: str | None = None  # template text overriding the tokenizer's
+    # vLLM's sleep mode (GPU only): lets a yielded engine free its GPU memory.
+    enable_sleep_mode: bool = False
 
 
 class VLLMEngine:
@@ -72,6 +74,7 @@ class VLLMEngine:
             max_model_len=model_config.max_model_len,
             created=int(time.time()),
             root=self._config.model,
+            kv_cache_tokens=_kv_cache_tokens(llm),
         )
         self._llm = llm
 
@@ -102,6 +105,24 @@ class VLLMEngine:
     async def abort(self, request_id: str) -> None:
         if self._llm is not None:
             await self._llm.abort(request_id)
+
+    async def pause(self) -> None:
+        # Keep the prefix cache: it makes the return warm when memory stays allocated.
+        await self._llm.pause_generation(mode="abort", clear_cache=False)
+
+    async def resume(self) -> None:
+        await self._llm.resume_generation()
+
+    async def release_memory(self) -> bool:
+        # Sleep level 1 offloads weights to host memory and drops the KV cache; it needs
+        # the engine built with sleep mode (CUDA only: the CPU worker ignores it).
+        if not self._config.enable_sleep_mode:
+            return False
+        await self._llm.sleep(level=1)
+        return True
+
+    async def reacquire_memory(self) -> None:
+        await self._llm.wake_up()
 
     def _prompt_token_ids(self, request: GenerateRequest) -> list[int]:
         if request.messages is not None:
@@ -175,8 +196,14 @@ def _build_async_llm(config: EngineConfig) -> Any:
         gpu_memory_utilization=config.gpu_memory_utilization,
         seed=config.seed,
         disable_log_stats=True,
+        enable_sleep_mode=config.enable_sleep_mode,
     )
     return AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER)
+
+
+def _kv_cache_tokens(llm: Any) -> int:
+    cache = llm.vllm_config.cache_config
+    return (cache.num_gpu_blocks or 0) * cache.block_size
 
 
 def _finish_reason(reason: str | None) -> Any:

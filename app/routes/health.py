@@ -1,4 +1,4 @@
-"""GET /health for load balancers, GET /metrics for Prometheus."""
+"""GET /health for load balancers (200 only while admitting), GET /metrics for Prometheus."""
 
 from __future__ import annotations
 
@@ -12,6 +12,15 @@ from app.errors import ServiceUnavailable
 async def health(request: Request) -> dict[str, str]:
     if not request.app.state.engine.is_ready():
         raise ServiceUnavailable("The model is still loading.", retry_after=5)
+    admission = request.app.state.admission
+    if not admission.admitting():
+        # Not admitting (GPU handed back to its owner): a load balancer should go elsewhere.
+        state = admission.state
+        raise ServiceUnavailable(
+            f"Not admitting requests: {state} ({admission.machine.reason}).",
+            retry_after=admission.retry_after_s(),
+            code=str(state),
+        )
     return {"status": "ok"}
 
 

@@ -75,6 +75,8 @@ class ChatCompletionRequest(Struct, kw_only=True):
     seed: int | None = None
     n: Annotated[int, Meta(ge=1, le=1)] = 1
     user: str | None = None
+    # Admission order (vLLM's convention): lower runs sooner; ties go to fairness.
+    priority: int = 0
     # vLLM extension used by benchmark clients: generate exactly max_tokens.
     ignore_eos: bool = False
 

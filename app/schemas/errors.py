@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
 
 
 class ErrorBody(Struct):
@@ -10,6 +10,8 @@ class ErrorBody(Struct):
     type: str
     param: str | None = None
     code: str | None = None
+    # Seconds until a retry may succeed: set on 429 and 503 only (then also Retry-After).
+    retry_after: int | UnsetType = UNSET
 
 
 class ErrorEnvelope(Struct):

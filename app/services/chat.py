@@ -74,7 +74,9 @@ class ChatService:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def _engine_request(self, request: ChatCompletionRequest) -> GenerateRequest:
+    def _engine_request(
+        self, request: ChatCompletionRequest, client: str | None = None
+    ) -> GenerateRequest:
         if request.model not in self._engine.model.served_names:
             raise ModelNotFound(request.model)
         if request.stream_options is not None and not request.stream:
@@ -85,10 +87,14 @@ class ChatService:
             request_id=f"chatcmpl-{uuid.uuid4().hex}",
             sampling=sampling_options(request),
             messages=messages_for_template(request.messages),
+            client=client,
+            priority=request.priority,
         )
 
-    async def complete(self, request: ChatCompletionRequest) -> ChatCompletion:
-        engine_request = self._engine_request(request)
+    async def complete(
+        self, request: ChatCompletionRequest, client: str | None = None
+    ) -> ChatCompletion:
+        engine_request = self._engine_request(request, client)
         texts: dict[int, list[str]] = {}
         finish: dict[int, str | None] = {}
         completion_tokens = 0
@@ -116,10 +122,12 @@ class ChatService:
             usage=Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens),
         )
 
-    async def open_stream(self, request: ChatCompletionRequest) -> AsyncIterator[bytes]:
+    async def open_stream(
+        self, request: ChatCompletionRequest, client: str | None = None
+    ) -> AsyncIterator[bytes]:
         """Start generating and wait for the first output, so that any error of the request
         is raised here (a 400 before the stream) rather than inside the stream."""
-        engine_request = self._engine_request(request)
+        engine_request = self._engine_request(request, client)
         outputs = self._engine.generate(engine_request)
         try:
             first = await anext(outputs)

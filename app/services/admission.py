@@ -1,0 +1,65 @@
+"""Glue between the server settings and the admission controller (engine.admission*)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from litestar import Request
+
+from app.settings import Settings
+from engine.admission import Policy
+from engine.admission_runtime import AdmissionController
+from engine.gpu import Probe, make_probe
+from engine.lending import parse_windows
+from engine.protocol import Engine
+
+
+def policy_from(settings: Settings) -> Policy:
+    windows = None
+    if settings.lending_windows:
+        try:
+            windows = parse_windows(settings.lending_windows, settings.lending_timezone)
+        except (ValueError, KeyError) as exc:  # ZoneInfo raises a KeyError subclass
+            raise SystemExit(f"--lending-windows: {exc}") from exc
+    return Policy(
+        busy_util_pct=settings.owner_busy_util,
+        light_util_pct=settings.owner_light_util,
+        busy_memory_mib=settings.owner_busy_memory_mib,
+        grace_s=settings.grace_period,
+        resume_after_s=settings.resume_after,
+        probe_interval_s=settings.probe_interval,
+        max_concurrent=settings.max_concurrent,
+        throttled_concurrent=settings.throttled_concurrent,
+        max_queued=settings.max_queued,
+        max_queued_per_client=settings.max_queued_per_client,
+        queue_timeout_s=settings.queue_timeout,
+        kv_budget_tokens=settings.kv_budget_tokens,
+        release_memory=settings.release_memory,
+        windows=windows,
+    )
+
+
+def probe_from(settings: Settings) -> Probe:
+    spec = settings.gpu_probe or ("nvml" if settings.on_gpu else "none")
+    try:
+        return make_probe(spec)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"--gpu-probe: {exc}") from exc
+
+
+def build_controller(
+    settings: Settings, engine: Engine, probe: Probe | None = None
+) -> AdmissionController:
+    return AdmissionController(policy_from(settings), probe or probe_from(settings), engine)
+
+
+def client_key(request: Request, user: str | None) -> str:
+    """Whom fairness counts a request against: its API key (hashed: the key itself is
+    never kept), else the `user` field, else the peer address."""
+    authorization = request.headers.get("authorization", "")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return "key:" + hashlib.sha256(token.strip().encode()).hexdigest()[:16]
+    if user:
+        return "user:" + user
+    return "peer:" + (request.client.host if request.client else "unknown")

@@ -1,0 +1,392 @@
+"""The admission controller at run time: samples the probe, drives the state machine,
+pauses and resumes the engine, and gates every generation.
+
+`AdmittedEngine` wraps any Engine: `generate` waits for admission (or raises
+`AdmissionRejected`) before its first output, and ends a stream with `Drained` when
+the grace period of a drain runs out. The HTTP side maps both in `app.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any
+
+from engine.admission import (
+    ADMITTING,
+    AdmissionRejected,
+    Drained,
+    Owner,
+    Policy,
+    State,
+    StateMachine,
+    Transition,
+    classify,
+)
+from engine.admission_queue import AdmissionQueue, Ticket, estimate_tokens
+from engine.errors import EngineUnavailable
+from engine.gpu import GpuSample, Probe
+from engine.protocol import Engine, GenerateOutput, GenerateRequest, ModelInfo
+
+log = logging.getLogger("lilac.admission")
+
+_FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
+
+
+class Lease:
+    """One admitted request; `revoked` once a drain's grace period has run out."""
+
+    __slots__ = ("request_id", "revoked", "ticket")
+
+    def __init__(self, ticket: Ticket, request_id: str) -> None:
+        self.ticket = ticket
+        self.request_id = request_id
+        self.revoked = False
+
+
+class AdmissionController:
+    def __init__(
+        self,
+        policy: Policy,
+        probe: Probe,
+        engine: Engine,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.policy = policy
+        self.probe = probe
+        self._engine = engine
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self.machine = StateMachine(policy, clock())
+        self.queue = AdmissionQueue(policy)
+        self._budget_set = False
+        self._leases: dict[int, Lease] = {}
+        self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()  # transitions' effects on the engine run one at a time
+        self._yielded = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.engine_paused = False
+        self.memory_released = False
+        self.last_sample = GpuSample()
+        self.counters: Counter[str] = Counter()
+        # (clock time, event): transitions and the moments their effects completed.
+        self.events: deque[tuple[float, str]] = deque(maxlen=200)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def state(self) -> State:
+        return self.machine.state
+
+    def admitting(self) -> bool:
+        return self.machine.state in ADMITTING
+
+    def retry_after_s(self) -> float:
+        return max(1.0, self.machine.retry_after_s(self._clock()))
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="admission-probe")
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._task, *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def stop(self) -> None:
+        """SIGTERM: admit nothing more; wait for in-flight requests at most the grace
+        period (the probe loop ends stragglers), then return."""
+        await self._apply(self.machine.stop(self._clock(), len(self.queue.running)))
+        limit = self.policy.grace_s + self.policy.probe_interval_s + 5.0
+        try:
+            await asyncio.wait_for(self._yielded.wait(), limit)
+        except TimeoutError:
+            log.warning("drain on stop did not finish within %.0f s", limit)
+
+    async def drain(self) -> None:
+        await self._apply(self.machine.drain(self._clock(), len(self.queue.running)))
+
+    async def resume(self) -> None:
+        await self._apply(self.machine.resume(self._clock(), len(self.queue.running)))
+
+    # ------------------------------------------------------------ sampling
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.observe(await self._sample())
+            except Exception:
+                log.exception("admission step failed")
+            await asyncio.sleep(self.policy.probe_interval_s)
+
+    async def _sample(self) -> GpuSample:
+        try:
+            if self.probe.blocking:
+                return await asyncio.to_thread(self.probe.sample)
+            return self.probe.sample()
+        except Exception:
+            log.exception("GPU probe failed; treating the owner as active")
+            return _FAILED_PROBE
+
+    async def observe(self, sample: GpuSample) -> None:
+        now = self._clock()
+        self.last_sample = sample
+        windows = self.policy.windows
+        window_open = windows is None or windows.is_open(self._wall_clock())
+        owner = classify(sample, self.policy)
+        transitions = self.machine.update(now, owner, window_open, len(self.queue.running))
+        for ticket in self.queue.expire(now):
+            self._reject_waiter(ticket, self._queue_timeout())
+        await self._apply(transitions)
+
+    # ------------------------------------------------------------ effects
+
+    async def _apply(self, transitions: list[Transition]) -> None:
+        async with self._lock:
+            for transition in transitions:
+                self._record(transition)
+                if transition.target is State.DRAINING:
+                    for ticket in self.queue.clear_waiting():
+                        self._reject_waiter(ticket, self._not_admitting(self._clock()))
+                if transition.target is State.YIELDED:
+                    await self._yield()
+                elif transition.source is State.YIELDED:
+                    await self._return()
+            self._grant()
+
+    def _record(self, transition: Transition) -> None:
+        log.info("admission %s -> %s (%s)", transition.source, transition.target, transition.reason)
+        self.counters[f"to_{transition.target}"] += 1
+        self.events.append((transition.at, str(transition.target)))
+
+    async def _yield(self) -> None:
+        leases = [lease for lease in self._leases.values() if not lease.revoked]
+        for lease in leases:
+            lease.revoked = True
+        self.counters["drained"] += len(leases)
+        await asyncio.gather(
+            *(self._engine.abort(lease.request_id) for lease in leases), return_exceptions=True
+        )
+        if self._engine.is_ready():
+            await self._engine.pause()
+            self.engine_paused = True
+            if self.policy.release_memory:
+                self.memory_released = await self._engine.release_memory()
+        self.events.append((self._clock(), "engine_paused"))
+        self._yielded.set()
+
+    async def _return(self) -> None:
+        self._yielded.clear()
+        if self.memory_released:
+            await self._engine.reacquire_memory()
+            self.memory_released = False
+        if self.engine_paused:
+            await self._engine.resume()
+            self.engine_paused = False
+        self.events.append((self._clock(), "engine_resumed"))
+
+    # ------------------------------------------------------------ admission
+
+    def _cap(self) -> int:
+        return 0 if self.engine_paused else self.policy.cap(self.machine.state)
+
+    def _set_budget(self, model: ModelInfo) -> None:
+        if self._budget_set:
+            return
+        configured = self.policy.kv_budget_tokens
+        self.queue.kv_budget = configured if configured else model.kv_cache_tokens
+        self._budget_set = True
+
+    async def acquire(self, client: str, priority: int, tokens: int, request_id: str) -> Lease:
+        """Admit a request now, after a wait in the queue, or raise AdmissionRejected."""
+        now = self._clock()
+        self.counters["offered"] += 1
+        if not self.admitting():
+            self._count_rejection("draining" if self.state is State.DRAINING else "yielded")
+            raise self._not_admitting(now)
+        ticket = Ticket(next(self._ids), client, priority, tokens, now, now)
+        ticket.deadline = now + self.policy.queue_timeout_s
+        try:
+            started = self.queue.offer(ticket, self._cap())
+        except AdmissionRejected as exc:
+            self._count_rejection(exc.code)
+            raise
+        if not started:
+            await self._wait(ticket)
+        lease = Lease(ticket, request_id)
+        self._leases[ticket.id] = lease
+        self.counters["admitted"] += 1
+        return lease
+
+    async def _wait(self, ticket: Ticket) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters[ticket.id] = waiter
+        self.counters["queued"] += 1
+        try:
+            await asyncio.wait_for(waiter, self.policy.queue_timeout_s)
+        except TimeoutError:
+            self.queue.withdraw(ticket.id)
+            self._count_rejection("queue_timeout")
+            raise self._queue_timeout() from None
+        except BaseException:
+            # Client gone (cancelled) or rejected while queued: give back what it holds.
+            self.queue.withdraw(ticket.id)
+            self.queue.release(ticket.id)
+            raise
+        finally:
+            self._waiters.pop(ticket.id, None)
+
+    def release(self, lease: Lease) -> None:
+        self._leases.pop(lease.ticket.id, None)
+        self.queue.release(lease.ticket.id)
+        self.counters["drained_ended" if lease.revoked else "completed"] += 1
+        if self.machine.state is State.DRAINING:
+            # The last request out ends the drain at once, not at the next sample.
+            transitions = self.machine.tick(self._clock(), len(self.queue.running))
+            if transitions:
+                task = asyncio.create_task(self._apply(transitions))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+        self._grant()
+
+    def _grant(self) -> None:
+        for ticket in self.queue.admit_ready(self._cap()):
+            waiter = self._waiters.get(ticket.id)
+            if waiter is None or waiter.done():
+                self.queue.release(ticket.id)  # its client gave up meanwhile
+            else:
+                waiter.set_result(None)
+
+    def _reject_waiter(self, ticket: Ticket, error: AdmissionRejected) -> None:
+        waiter = self._waiters.get(ticket.id)
+        if waiter is not None and not waiter.done():
+            self._count_rejection(error.code)
+            waiter.set_exception(error)
+
+    def _count_rejection(self, code: str) -> None:
+        self.counters["rejected"] += 1
+        self.counters[f"rejected_{code}"] += 1
+
+    def _not_admitting(self, now: float) -> AdmissionRejected:
+        state = self.machine.state
+        why = self.machine.reason
+        return AdmissionRejected(
+            503,
+            "draining" if state is State.DRAINING else "yielded",
+            f"The GPU is handed back to its owner ({why}); no requests are admitted now.",
+            retry_after_s=max(1.0, self.machine.retry_after_s(now)),
+        )
+
+    def _queue_timeout(self) -> AdmissionRejected:
+        return AdmissionRejected(
+            503,
+            "queue_timeout",
+            f"The request waited {self.policy.queue_timeout_s:g} s in the queue; retry later.",
+            retry_after_s=1.0,
+        )
+
+    def drained_error(self) -> Drained:
+        now = self._clock()
+        return Drained(
+            "The GPU's owner reclaimed it and the grace period ran out: this request was ended.",
+            retry_after_s=max(1.0, self.machine.retry_after_s(now)),
+        )
+
+    # ------------------------------------------------------------ reporting
+
+    def snapshot(self) -> dict[str, Any]:
+        now = self._clock()
+        sample = self.last_sample
+        return {
+            "state": str(self.machine.state),
+            "reason": self.machine.reason,
+            "state_for_s": round(now - self.machine.since, 3),
+            "owner": Owner(self.machine.owner).name.lower(),
+            "window_open": self.machine.window_open,
+            "operator_drain": self.machine.manual_drain,
+            "stopping": self.machine.stopping,
+            "grace_left_s": round(self.machine.grace_left_s(now), 3),
+            "engine_paused": self.engine_paused,
+            "memory_released": self.memory_released,
+            "gpu": {
+                "foreign_util_pct": sample.foreign_util_pct,
+                "foreign_memory_mib": sample.foreign_memory_mib,
+                "foreign_processes": sample.foreign_processes,
+            },
+            "running": len(self.queue.running),
+            "queued": len(self.queue.waiting),
+            "concurrency_cap": self._cap(),
+            "kv_budget_tokens": self.queue.kv_budget,
+            "kv_tokens_in_use": self.queue.tokens_in_use,
+            "counters": dict(self.counters),
+            "recent": [{"at_s_ago": round(now - t, 3), "event": e} for t, e in self.events][-20:],
+        }
+
+
+class AdmittedEngine:
+    """An Engine whose generations pass the admission controller first."""
+
+    def __init__(self, engine: Engine, controller: AdmissionController) -> None:
+        self.inner = engine
+        self.controller = controller
+
+    @property
+    def model(self) -> ModelInfo:
+        return self.inner.model
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def shutdown(self) -> None:
+        await self.inner.shutdown()
+
+    def is_ready(self) -> bool:
+        return self.inner.is_ready()
+
+    def unfinished_requests(self) -> int:
+        return self.inner.unfinished_requests()
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+    async def pause(self) -> None:
+        await self.inner.pause()
+
+    async def resume(self) -> None:
+        await self.inner.resume()
+
+    async def release_memory(self) -> bool:
+        return await self.inner.release_memory()
+
+    async def reacquire_memory(self) -> None:
+        await self.inner.reacquire_memory()
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+        if not self.inner.is_ready():
+            raise EngineUnavailable("The model is still loading.")
+        model = self.inner.model
+        self.controller._set_budget(model)
+        tokens = estimate_tokens(
+            request.messages, request.prompt, request.sampling.max_tokens, model.max_model_len
+        )
+        client = request.client or "anonymous"
+        lease = await self.controller.acquire(client, request.priority, tokens, request.request_id)
+        try:
+            async with aclosing(self.inner.generate(request)) as outputs:  # type: ignore[type-var]
+                async for output in outputs:
+                    if lease.revoked:
+                        raise self.controller.drained_error()
+                    yield output
+            if lease.revoked:  # the engine ended it early because we aborted it
+                raise self.controller.drained_error()
+        finally:
+            self.controller.release(lease)
