@@ -102,7 +102,8 @@ class ScriptedEngine:
             for position, token in enumerate(emitted):
                 if self.token_delay_s:
                     await asyncio.sleep(self.token_delay_s)
-                await self._unpaused.wait()
+                if not self._unpaused.is_set() and request.request_id in self.running:
+                    await self._unpaused.wait()  # paused: new requests wait for resume
                 if request.request_id not in self.running:
                     finished = True  # `abort` recorded it already
                     return  # as vLLM ends an aborted request's stream

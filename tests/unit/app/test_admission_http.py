@@ -1,0 +1,189 @@
+"""What clients and operators see of the admission controller, over the scripted engine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import msgspec
+import pytest
+
+from app.main import create_app
+from app.settings import Settings
+from engine.admission import State
+from engine.admission_runtime import AdmissionController
+from engine.gpu import GpuSample
+from engine.scripted import ScriptedEngine
+
+URL = "/v1/chat/completions"
+USER = [{"role": "user", "content": "hi"}]
+ADMIN = {"Authorization": "Bearer sesame"}
+OWNER = GpuSample(90.0, 8000.0, 1)
+
+
+class StaticProbe:
+    blocking = False
+
+    def __init__(self) -> None:
+        self.value = GpuSample()
+
+    def sample(self) -> GpuSample:
+        return self.value
+
+
+def sse_events(body: bytes) -> list[bytes]:
+    return [line[6:] for line in body.split(b"\n\n") if line.startswith(b"data: ")]
+
+
+class Harness:
+    def __init__(self, http: httpx.AsyncClient, app_state: object, engine: ScriptedEngine) -> None:
+        self.http = http
+        self.controller: AdmissionController = app_state.admission  # type: ignore[attr-defined]
+        self.engine = engine
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    engine = ScriptedEngine(token_delay_s=0.01)
+    settings = Settings(
+        admin_key="sesame",
+        grace_period=0.2,
+        resume_after=0.0,
+        max_concurrent=1,
+        max_queued=2,
+        max_queued_per_client=1,
+        queue_timeout=5.0,
+    )
+    app = create_app(settings, engine=engine, probe=StaticProbe())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield Harness(http, app.state, engine)
+
+
+def chat(**fields: object) -> dict:
+    return {"model": "scripted", "messages": USER, **fields}
+
+
+def assert_retry(response: httpx.Response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code
+    assert int(response.headers["retry-after"]) >= 1
+    assert error["retry_after"] == int(response.headers["retry-after"])
+    return error
+
+
+async def test_yielded_server_answers_503_with_retry_after(harness: Harness) -> None:
+    await harness.controller.observe(OWNER)
+    assert harness.controller.state is State.YIELDED
+    assert_retry(await harness.http.post(URL, json=chat()), 503, "yielded")
+    health = await harness.http.get("/health")
+    assert_retry(health, 503, "yielded")
+    await harness.controller.observe(GpuSample())  # resume_after 0: back at once
+    assert (await harness.http.get("/health")).json() == {"status": "ok"}
+    assert (await harness.http.post(URL, json=chat())).status_code == 200
+
+
+async def test_client_over_its_fair_share_gets_429(harness: Harness) -> None:
+    long = chat(max_tokens=40, ignore_eos=True, user="alice")
+    running = asyncio.create_task(harness.http.post(URL, json=long))
+    queued = asyncio.create_task(harness.http.post(URL, json=long))
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if harness.controller.queue.waiting:
+            break
+    response = await harness.http.post(URL, json=long)
+    error = assert_retry(response, 429, "over_fair_share")
+    assert error["type"] == "rate_limit_exceeded"
+    # Another client still gets a place in the queue; a third one finds it full.
+    other = asyncio.create_task(harness.http.post(URL, json=chat(user="bob")))
+    await asyncio.sleep(0.05)
+    assert_retry(await harness.http.post(URL, json=chat(user="carol")), 503, "queue_full")
+    for task in (running, queued, other):
+        task.cancel()
+    await asyncio.gather(running, queued, other, return_exceptions=True)
+
+
+async def test_bearer_key_is_the_fairness_key_over_user(harness: Harness) -> None:
+    long = chat(max_tokens=40, ignore_eos=True)
+    key = {"Authorization": "Bearer client-key"}
+    running = asyncio.create_task(harness.http.post(URL, json={**long, "user": "a"}, headers=key))
+    queued = asyncio.create_task(harness.http.post(URL, json={**long, "user": "b"}, headers=key))
+    await asyncio.sleep(0.1)
+    # Different `user`, same key: one client, over its share.
+    response = await harness.http.post(URL, json={**long, "user": "c"}, headers=key)
+    assert_retry(response, 429, "over_fair_share")
+    for task in (running, queued):
+        task.cancel()
+    await asyncio.gather(running, queued, return_exceptions=True)
+
+
+async def test_stream_ended_by_draining_gets_an_error_event_then_done(harness: Harness) -> None:
+    request = chat(stream=True, max_tokens=1000, ignore_eos=True)
+    streaming = asyncio.create_task(harness.http.post(URL, json=request))
+    await asyncio.sleep(0.1)
+    await harness.controller.observe(OWNER)  # drain; grace 0.2 s
+    await asyncio.sleep(0.25)
+    await harness.controller.observe(OWNER)  # grace over: end it
+    response = await streaming
+    assert response.status_code == 200
+    events = sse_events(response.content)
+    assert events[-1] == b"[DONE]"
+    error = msgspec.json.decode(events[-2])["error"]
+    assert (error["code"], error["type"]) == ("draining", "service_unavailable")
+    assert error["retry_after"] >= 1
+    content = [msgspec.json.decode(e) for e in events[:-2]]
+    assert content and all(c["choices"][0]["finish_reason"] is None for c in content)
+    assert harness.engine.unfinished_requests() == 0
+
+
+async def test_non_stream_ended_by_draining_is_503(harness: Harness) -> None:
+    plain = asyncio.create_task(harness.http.post(URL, json=chat(max_tokens=1000, ignore_eos=True)))
+    await asyncio.sleep(0.1)
+    await harness.http.post("/admin/admission/drain", headers=ADMIN)
+    await asyncio.sleep(0.25)
+    await harness.controller.observe(GpuSample())
+    assert_retry(await plain, 503, "draining")
+    assert harness.controller.state is State.YIELDED
+
+
+async def test_admin_routes_need_the_key(harness: Harness) -> None:
+    assert (await harness.http.get("/admin/admission")).status_code == 401
+    bad = await harness.http.get("/admin/admission", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401
+    assert bad.json()["error"]["type"] == "authentication_error"
+    status = (await harness.http.get("/admin/admission", headers=ADMIN)).json()
+    assert status["state"] == "serving"
+    assert {"queued", "running", "counters", "gpu", "concurrency_cap"} <= set(status)
+
+
+async def test_admin_drain_and_resume(harness: Harness) -> None:
+    drained = (await harness.http.post("/admin/admission/drain", headers=ADMIN)).json()
+    assert drained["state"] == "yielded"
+    assert drained["operator_drain"] is True
+    assert harness.engine.paused
+    assert (await harness.http.get("/health")).status_code == 503
+    resumed = (await harness.http.post("/admin/admission/resume", headers=ADMIN)).json()
+    assert resumed["state"] == "serving"
+    assert not harness.engine.paused
+    assert (await harness.http.post(URL, json=chat())).status_code == 200
+
+
+async def test_admin_routes_are_forbidden_without_a_configured_key() -> None:
+    app = create_app(Settings(), engine=ScriptedEngine(), probe=StaticProbe())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        response = await http.post("/admin/admission/drain", headers=ADMIN)
+        assert response.status_code == 403
+        assert "--admin-key" in response.json()["error"]["message"]
+        assert app.state.admission.state is State.SERVING
+
+
+async def test_priority_field_is_accepted_and_reaches_the_engine(harness: Harness) -> None:
+    response = await harness.http.post(URL, json=chat(priority=-5))
+    assert response.status_code == 200
+    assert harness.engine.requests[-1].priority == -5
+    bad = await harness.http.post(URL, json=chat(priority="high"))
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "priority"

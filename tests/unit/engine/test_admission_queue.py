@@ -1,0 +1,117 @@
+"""The admission queue: caps, token budget, priority, fairness, deadlines, rejections."""
+
+import pytest
+
+from engine.admission import AdmissionRejected, Policy
+from engine.admission_queue import AdmissionQueue, Ticket, estimate_tokens
+
+_ids = iter(range(1, 10_000))
+
+
+def ticket(client: str = "a", priority: int = 0, tokens: int = 10, at: float = 0.0) -> Ticket:
+    return Ticket(next(_ids), client, priority, tokens, at, at + 30.0)
+
+
+def queue(**policy: object) -> AdmissionQueue:
+    budget = int(policy.pop("kv_budget", 0))  # type: ignore[call-overload]
+    return AdmissionQueue(Policy(**policy), kv_budget_tokens=budget)  # type: ignore[arg-type]
+
+
+def test_admits_up_to_the_cap_then_queues() -> None:
+    q = queue(max_concurrent=2)
+    assert q.offer(ticket(), cap=2) is True
+    assert q.offer(ticket(), cap=2) is True
+    third = ticket()
+    assert q.offer(third, cap=2) is False
+    assert q.admit_ready(cap=2) == []
+    q.release(next(iter(q.running)))
+    assert q.admit_ready(cap=2) == [third]
+
+
+def test_full_queue_is_503_and_fair_share_is_429() -> None:
+    q = queue(max_queued=3, max_queued_per_client=2)
+    q.offer(ticket("a"), cap=1)  # runs
+    q.offer(ticket("a"), cap=1)
+    q.offer(ticket("a"), cap=1)
+    with pytest.raises(AdmissionRejected) as over_share:
+        q.offer(ticket("a"), cap=1)
+    assert (over_share.value.status, over_share.value.code) == (429, "over_fair_share")
+    q.offer(ticket("b"), cap=1)
+    with pytest.raises(AdmissionRejected) as full:
+        q.offer(ticket("c"), cap=1)
+    assert (full.value.status, full.value.code) == (503, "queue_full")
+
+
+def test_lower_priority_value_goes_first() -> None:
+    q = queue()
+    q.offer(ticket(), cap=1)
+    late_urgent = ticket("b", priority=-1, at=2.0)
+    early_normal = ticket("c", priority=0, at=1.0)
+    q.offer(early_normal, cap=1)
+    q.offer(late_urgent, cap=1)
+    q.release(next(iter(q.running)))
+    assert q.admit_ready(cap=1) == [late_urgent]
+
+
+def test_a_busy_client_does_not_starve_others() -> None:
+    """Client a runs two and floods the queue first; b's one request still goes next."""
+    q = queue(max_queued_per_client=10)
+    running = [ticket("a"), ticket("a")]
+    for t in running:
+        assert q.offer(t, cap=2) is True
+    flood = [ticket("a", at=1.0 + i) for i in range(5)]
+    for t in flood:
+        q.offer(t, cap=2)
+    lone_b = ticket("b", at=10.0)
+    q.offer(lone_b, cap=2)
+    q.release(running[0].id)
+    # a still has one running, b none: b beats a's older requests.
+    assert q.admit_ready(cap=2) == [lone_b]
+    q.release(running[1].id)
+    # b has one running now, a none: a's oldest is next.
+    assert q.admit_ready(cap=2) == [flood[0]]
+
+
+def test_token_budget_limits_admission_and_the_head_is_not_skipped() -> None:
+    q = queue(kv_budget=100)
+    q.offer(ticket(tokens=60), cap=10)
+    big = ticket(tokens=50, at=1.0)
+    small = ticket(tokens=10, at=2.0)
+    assert q.offer(big, cap=10) is False  # 60 + 50 > 100
+    assert q.offer(small, cap=10) is False  # would fit, but waits behind the head
+    assert q.admit_ready(cap=10) == []
+    q.release(next(iter(q.running)))
+    assert q.admit_ready(cap=10) == [big, small]
+    assert q.tokens_in_use == 60
+
+
+def test_a_request_larger_than_the_budget_runs_alone() -> None:
+    q = queue(kv_budget=100)
+    huge = ticket(tokens=500)
+    assert q.offer(huge, cap=10) is True
+    assert q.offer(ticket(tokens=1), cap=10) is False
+
+
+def test_expired_tickets_leave_the_queue() -> None:
+    q = queue()
+    q.offer(ticket(), cap=1)
+    stale = ticket(at=0.0)
+    fresh = ticket(at=20.0)
+    q.offer(stale, cap=1)
+    q.offer(fresh, cap=1)
+    assert q.expire(now=30.0) == [stale]
+    assert q.waiting == [fresh]
+
+
+def test_cap_zero_queues_everything() -> None:
+    q = queue()
+    assert q.offer(ticket(), cap=0) is False
+    assert q.admit_ready(cap=1) != []
+
+
+def test_estimate_tokens() -> None:
+    messages = [{"role": "user", "content": "x" * 400}]
+    assert estimate_tokens(messages, None, 50, 2048) == 100 + 8 + 50
+    # Without max_tokens the request may fill the rest of the context.
+    assert estimate_tokens(messages, None, None, 2048) == 2048
+    assert estimate_tokens(None, "abcd" * 10, 5, 2048) == 15

@@ -1,0 +1,238 @@
+"""The admission runtime over the scripted engine, on an injected clock: gating, queueing,
+draining with grace, yielding (engine paused, memory released) and the warm return."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine.admission import AdmissionRejected, Drained, Policy, State
+from engine.admission_runtime import AdmissionController, AdmittedEngine
+from engine.gpu import GpuSample
+from engine.protocol import GenerateRequest, SamplingOptions
+from engine.scripted import ScriptedEngine
+
+OWNER = GpuSample(90.0, 8000.0, 1)
+IDLE = GpuSample()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class StaticProbe:
+    blocking = False
+
+    def __init__(self) -> None:
+        self.value = IDLE
+
+    def sample(self) -> GpuSample:
+        return self.value
+
+
+def make(**policy: object) -> tuple[AdmittedEngine, AdmissionController, ScriptedEngine, Clock]:
+    engine = ScriptedEngine(token_delay_s=0.01)
+    clock = Clock()
+    settings = {"grace_s": 5.0, "resume_after_s": 10.0, **policy}
+    controller = AdmissionController(
+        Policy(**settings),  # type: ignore[arg-type]
+        StaticProbe(),
+        engine,
+        clock=clock,
+    )
+    return AdmittedEngine(engine, controller), controller, engine, clock
+
+
+def request(rid: str, tokens: int = 4, client: str = "c", priority: int = 0) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=rid,
+        sampling=SamplingOptions(max_tokens=tokens, ignore_eos=True),
+        messages=[{"role": "user", "content": "hi"}],
+        client=client,
+        priority=priority,
+    )
+
+
+async def collect(admitted: AdmittedEngine, req: GenerateRequest) -> int:
+    return sum([len(o.choices) async for o in admitted.generate(req)])
+
+
+async def test_admitted_generation_runs_and_counts() -> None:
+    admitted, controller, _, _ = make()
+    assert await collect(admitted, request("r1")) == 4
+    assert controller.counters["admitted"] == 1
+    assert controller.counters["completed"] == 1
+    assert not controller.queue.running
+
+
+async def test_owner_reclaim_drains_then_yields_then_returns_warm() -> None:
+    admitted, controller, engine, clock = make()
+    stream = admitted.generate(request("long", tokens=1000))
+    await anext(stream)  # admitted and running
+
+    await controller.observe(OWNER)
+    assert controller.state is State.DRAINING
+    with pytest.raises(AdmissionRejected) as rejected:
+        await anext(admitted.generate(request("new")))
+    assert (rejected.value.status, rejected.value.code) == (503, "draining")
+    assert rejected.value.retry_after_s == pytest.approx(15.0)  # grace 5 + hysteresis 10
+    await anext(stream)  # still generating within the grace period
+
+    clock.now += 5.0
+    await controller.observe(OWNER)
+    assert controller.state is State.YIELDED
+    assert (engine.paused, engine.memory_released, controller.counters["drained"]) == (
+        True,
+        True,
+        1,
+    )
+    with pytest.raises(Drained):
+        async for _ in stream:
+            pass
+    assert engine.unfinished_requests() == 0
+    assert not controller.queue.running
+
+    # Owner gone: 10 s of quiet, then the same engine serves again.
+    clock.now += 1.0
+    await controller.observe(IDLE)
+    clock.now += 9.9
+    await controller.observe(IDLE)
+    assert controller.state is State.YIELDED
+    clock.now += 0.1
+    await controller.observe(IDLE)
+    assert controller.state is State.SERVING
+    assert (engine.paused, engine.memory_released) == (False, False)
+    assert await collect(admitted, request("after")) == 4
+    assert engine.pauses == 1
+
+
+async def test_drain_ends_as_soon_as_the_last_request_finishes() -> None:
+    admitted, controller, engine, _ = make(grace_s=60.0)
+    stream = admitted.generate(request("short", tokens=3))
+    await anext(stream)
+    await controller.observe(OWNER)
+    assert controller.state is State.DRAINING
+    rest = [o async for o in stream]  # it finishes normally within the grace period
+    assert rest[-1].choices[0].finish_reason == "length"
+    await asyncio.sleep(0)  # the release schedules the transition's effects
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+        if engine.paused:
+            break
+    assert controller.state is State.YIELDED
+    assert engine.paused
+    assert controller.counters["drained"] == 0
+
+
+async def test_queue_waits_for_a_slot() -> None:
+    admitted, controller, _, _ = make(max_concurrent=1)
+    first = admitted.generate(request("one", tokens=20))
+    await anext(first)
+    waiting = asyncio.create_task(collect(admitted, request("two", client="other")))
+    await asyncio.sleep(0.02)
+    assert not waiting.done()
+    assert len(controller.queue.waiting) == 1
+    await first.aclose()  # frees the slot
+    assert await waiting == 4
+    assert controller.counters["queued"] == 1
+
+
+async def test_queue_timeout_is_503() -> None:
+    admitted, controller, _, _ = make(max_concurrent=1, queue_timeout_s=0.05)
+    first = admitted.generate(request("one", tokens=1000))
+    await anext(first)
+    with pytest.raises(AdmissionRejected) as rejected:
+        await collect(admitted, request("two"))
+    assert rejected.value.code == "queue_timeout"
+    assert not controller.queue.waiting
+    await first.aclose()
+
+
+async def test_a_client_leaving_the_queue_frees_its_place() -> None:
+    admitted, controller, _, _ = make(max_concurrent=1)
+    first = admitted.generate(request("one", tokens=1000))
+    await anext(first)
+    waiting = asyncio.create_task(collect(admitted, request("two")))
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert not controller.queue.waiting
+    await first.aclose()
+    assert not controller.queue.running
+
+
+async def test_queued_requests_are_rejected_when_the_owner_returns() -> None:
+    admitted, controller, _, _ = make(max_concurrent=1)
+    first = admitted.generate(request("one", tokens=1000))
+    await anext(first)
+    waiting = asyncio.create_task(collect(admitted, request("two")))
+    await asyncio.sleep(0.01)
+    await controller.observe(OWNER)
+    with pytest.raises(AdmissionRejected) as rejected:
+        await waiting
+    assert rejected.value.code == "draining"
+    await first.aclose()
+
+
+async def test_throttled_state_lowers_the_cap() -> None:
+    admitted, controller, _, _ = make(max_concurrent=4, throttled_concurrent=1)
+    await controller.observe(GpuSample(10.0, 0.0, 1))
+    assert controller.state is State.THROTTLED
+    first = admitted.generate(request("one", tokens=1000))
+    await anext(first)
+    second = asyncio.create_task(collect(admitted, request("two", client="x")))
+    await asyncio.sleep(0.02)
+    assert len(controller.queue.waiting) == 1
+    await first.aclose()
+    assert await second == 4
+
+
+async def test_stop_drains_with_grace_and_stays_yielded() -> None:
+    admitted, controller, engine, clock = make(grace_s=60.0)
+    stream = admitted.generate(request("s", tokens=3))
+    await anext(stream)
+    stopping = asyncio.create_task(controller.stop())
+    await asyncio.sleep(0.01)
+    assert controller.state is State.DRAINING
+    assert len([o async for o in stream]) == 2  # finished, not cut
+    await asyncio.wait_for(stopping, 1.0)
+    assert controller.state is State.YIELDED
+    clock.now += 1000
+    await controller.observe(IDLE)
+    assert controller.state is State.YIELDED
+    assert engine.paused
+
+
+async def test_a_failing_probe_counts_as_the_owner() -> None:
+    _, controller, _, _ = make()
+
+    class Broken:
+        blocking = True
+
+        def sample(self) -> GpuSample:
+            raise RuntimeError("NVML gone")
+
+    controller.probe = Broken()
+    await controller.observe(await controller._sample())
+    assert controller.state is State.YIELDED
+
+
+async def test_probe_loop_samples_on_its_interval() -> None:
+    _, controller, _, _ = make(probe_interval_s=0.01)
+    probe = controller.probe
+    assert isinstance(probe, StaticProbe)
+    probe.value = OWNER
+    await controller.start()
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if controller.state is State.YIELDED:
+                break
+        assert controller.state is State.YIELDED
+    finally:
+        await controller.close()
