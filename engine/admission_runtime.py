@@ -199,7 +199,8 @@ class AdmissionController:
     def _cap(self) -> int:
         return 0 if self.engine_paused else self.policy.cap(self.machine.state)
 
-    def _set_budget(self, model: ModelInfo) -> None:
+    def use_model(self, model: ModelInfo) -> None:
+        """Take the KV budget from the engine once it knows its capacity."""
         if self._budget_set:
             return
         configured = self.policy.kv_budget_tokens
@@ -374,7 +375,7 @@ class AdmittedEngine:
         if not self.inner.is_ready():
             raise EngineUnavailable("The model is still loading.")
         model = self.inner.model
-        self.controller._set_budget(model)
+        self.controller.use_model(model)
         tokens = estimate_tokens(
             request.messages, request.prompt, request.sampling.max_tokens, model.max_model_len
         )

@@ -43,8 +43,10 @@ def probe_from(settings: Settings) -> Probe:
     spec = settings.gpu_probe or ("nvml" if settings.on_gpu else "none")
     try:
         return make_probe(spec)
-    except (ValueError, OSError) as exc:
-        raise SystemExit(f"--gpu-probe: {exc}") from exc
+    except ImportError as exc:
+        raise SystemExit(f"--gpu-probe {spec}: {exc} (install the `gpu` extra)") from exc
+    except Exception as exc:  # a bad timeline file, or NVML failing to initialise
+        raise SystemExit(f"--gpu-probe {spec}: {exc}") from exc
 
 
 def build_controller(

@@ -78,6 +78,7 @@ def outcome(response: httpx.Response) -> str:
 
 async def test_owner_comes_and_goes_under_streaming_load(real_engine: VLLMEngine) -> None:
     llm_before = real_engine._llm
+    assert real_engine.model.kv_cache_tokens > 1000  # the admission's token budget
     recording = RecordingEngine(real_engine)
     probe = ScriptedProbe(
         [Segment(OWNER_FROM_S, GpuSample(95.0, 6000.0, 1)), Segment(OWNER_UNTIL_S, GpuSample())]

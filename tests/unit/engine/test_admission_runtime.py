@@ -35,8 +35,10 @@ class StaticProbe:
         return self.value
 
 
-def make(**policy: object) -> tuple[AdmittedEngine, AdmissionController, ScriptedEngine, Clock]:
-    engine = ScriptedEngine(token_delay_s=0.01)
+def make(
+    kv_cache_tokens: int = 0, **policy: object
+) -> tuple[AdmittedEngine, AdmissionController, ScriptedEngine, Clock]:
+    engine = ScriptedEngine(token_delay_s=0.01, kv_cache_tokens=kv_cache_tokens)
     clock = Clock()
     settings = {"grace_s": 5.0, "resume_after_s": 10.0, **policy}
     controller = AdmissionController(
@@ -236,3 +238,25 @@ async def test_probe_loop_samples_on_its_interval() -> None:
         assert controller.state is State.YIELDED
     finally:
         await controller.close()
+
+
+async def test_kv_budget_comes_from_the_engine() -> None:
+    """Two requests of ~90 tokens each do not fit a 150-token KV cache together."""
+    admitted, controller, _, _ = make(kv_cache_tokens=150)
+    first = admitted.generate(request("one", tokens=80))
+    await anext(first)
+    assert controller.queue.kv_budget == 150
+    second = asyncio.create_task(collect(admitted, request("two", tokens=80, client="b")))
+    await asyncio.sleep(0.02)
+    assert len(controller.queue.waiting) == 1
+    await first.aclose()
+    assert await second == 80
+
+
+async def test_configured_kv_budget_wins_and_minus_one_disables_it() -> None:
+    admitted, controller, _, _ = make(kv_cache_tokens=150, kv_budget_tokens=-1)
+    first = admitted.generate(request("one", tokens=80))
+    await anext(first)
+    assert controller.queue.kv_budget == -1
+    assert await collect(admitted, request("two", tokens=80, client="b")) == 80
+    await first.aclose()
