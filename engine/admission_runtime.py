@@ -159,8 +159,9 @@ class AdmissionController:
                         self._reject_waiter(ticket, self._not_admitting(self._clock()))
                 if transition.target is State.YIELDED:
                     await self._yield()
-                elif transition.source is State.YIELDED:
-                    await self._return()
+            if self.admitting() and self.engine_paused:
+                # Also retries a return whose resume failed at an earlier sample.
+                await self._return()
             self._grant()
 
     def _record(self, transition: Transition) -> None:

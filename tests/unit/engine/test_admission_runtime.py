@@ -260,3 +260,26 @@ async def test_configured_kv_budget_wins_and_minus_one_disables_it() -> None:
     assert controller.queue.kv_budget == -1
     assert await collect(admitted, request("two", tokens=80, client="b")) == 80
     await first.aclose()
+
+
+async def test_a_failed_resume_is_retried_at_the_next_sample() -> None:
+    admitted, controller, engine, clock = make(resume_after_s=0.0)
+    await controller.observe(OWNER)
+    assert engine.paused
+    real_resume = engine.resume
+    calls = []
+
+    async def flaky_resume() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("wake-up failed")
+        await real_resume()
+
+    engine.resume = flaky_resume  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await controller.observe(IDLE)
+    assert controller.state is State.SERVING and controller.engine_paused
+    clock.now += 1
+    await controller.observe(IDLE)
+    assert not controller.engine_paused and len(calls) == 2
+    assert await collect(admitted, request("after")) == 4
