@@ -15,9 +15,12 @@ from litestar.datastructures import State
 from app.errors import exception_handlers
 from app.metrics import build_registry
 from app.routes.chat import create_chat_completion
+from app.routes.completions import create_completion
 from app.routes.health import health, metrics
 from app.routes.models import list_models
+from app.routes.tokenize import detokenize, tokenize
 from app.services.chat import ChatService
+from app.services.completions import CompletionService
 from app.settings import Settings
 from engine.protocol import Engine
 
@@ -72,13 +75,22 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         {
             "engine": engine,
             "chat": ChatService(engine),
+            "completions": CompletionService(engine),
             "encoder": msgspec.json.Encoder(),
             "metrics": build_registry(engine),
             "settings": settings,
         }
     )
     return Litestar(
-        route_handlers=[create_chat_completion, list_models, health, metrics],
+        route_handlers=[
+            create_chat_completion,
+            create_completion,
+            tokenize,
+            detokenize,
+            list_models,
+            health,
+            metrics,
+        ],
         exception_handlers=exception_handlers,  # type: ignore[arg-type]
         lifespan=[engine_lifespan],
         state=state,

@@ -1,6 +1,6 @@
 """The engine boundary: what the HTTP side may ask of a model, and what comes back.
 
-Kept deliberately small (generate, abort, health, model info), the way httpx keeps
+Kept deliberately small (generate, abort, tokenize, health, model info), the way httpx keeps
 its transport to one method. `engine.vllm_engine` implements it with vLLM;
 `engine.scripted` implements it with canned tokens for fast tests and benchmarks.
 """
@@ -21,10 +21,22 @@ class SamplingOptions:
     max_tokens: int | None = None  # None: the rest of the context
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = -1  # -1 (or 0): disabled
+    min_p: float = 0.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    include_stop_str_in_output: bool = False
     n: int = 1
     ignore_eos: bool = False
+    min_tokens: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    logprobs: int | None = None  # None: no logprobs; k: the sampled token and the top k
+    prompt_logprobs: int | None = None  # for `echo` with logprobs in /v1/completions
+    skip_special_tokens: bool = True
 
 
 @dataclass(slots=True)
@@ -39,6 +51,21 @@ class GenerateRequest:
 
 
 @dataclass(slots=True)
+class TopLogprob:
+    token: str
+    logprob: float
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """One generated (or prompt) token with its log probability and the best alternatives."""
+
+    token: str
+    logprob: float
+    top: list[TopLogprob]
+
+
+@dataclass(slots=True)
 class ChoiceDelta:
     """New output of one choice since the previous `GenerateOutput`."""
 
@@ -46,6 +73,7 @@ class ChoiceDelta:
     text: str
     token_count: int
     finish_reason: FinishReason | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per new token, when asked for
 
 
 @dataclass(slots=True)
@@ -54,6 +82,9 @@ class GenerateOutput:
 
     prompt_tokens: int
     choices: list[ChoiceDelta]
+    # With `prompt_logprobs`, on the first output only: one entry per prompt token
+    # (None for the first, which has nothing to be predicted from).
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +95,7 @@ class ModelInfo:
     max_model_len: int
     created: int
     root: str  # where the weights came from: a folder or a Hugging Face id
+    vocab_size: int = 0
 
     @property
     def name(self) -> str:
@@ -92,3 +124,15 @@ class Engine(Protocol):
         before the first output. Closing or cancelling the iterator aborts the request."""
 
     async def abort(self, request_id: str) -> None: ...
+
+    def tokenize(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        add_special_tokens: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """Token ids of a raw prompt, or of messages rendered by the chat template."""
+
+    def detokenize(self, token_ids: list[int]) -> str: ...

@@ -9,9 +9,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from engine.errors import ContextLengthExceeded, EngineUnavailable
-from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ModelInfo
+from engine.protocol import (
+    ChoiceDelta,
+    GenerateOutput,
+    GenerateRequest,
+    ModelInfo,
+    TokenLogprob,
+    TopLogprob,
+)
 
 
 class ScriptedEngine:
@@ -53,6 +61,22 @@ class ScriptedEngine:
             self.running.discard(request_id)
             self.aborted.append(request_id)
 
+    def tokenize(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        add_special_tokens: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """One token per word; a word's id is its length (enough for the HTTP layer)."""
+        if messages is not None:
+            prompt = " ".join(str(m.get("content", "")) for m in messages)
+        return [len(word) for word in (prompt or "").split()]
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return " ".join("x" * token_id for token_id in token_ids)
+
     def prompt_tokens(self, request: GenerateRequest) -> int:
         """One token per word of the prompt: enough to exercise length limits."""
         if request.messages is not None:
@@ -83,9 +107,16 @@ class ScriptedEngine:
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=[
-                        ChoiceDelta(index=i, text=token, token_count=1, finish_reason=finish)
+                        ChoiceDelta(
+                            index=i,
+                            text=token,
+                            token_count=1,
+                            finish_reason=finish,
+                            logprobs=_logprobs(token, request.sampling.logprobs),
+                        )
                         for i in range(request.sampling.n)
                     ],
+                    prompt_logprobs=_prompt_logprobs(request, position),
                 )
             finished = True
         finally:
@@ -95,3 +126,19 @@ class ScriptedEngine:
 
     def _cycled(self, count: int) -> list[str]:
         return [self.tokens[i % len(self.tokens)] for i in range(count)]
+
+
+def _logprobs(token: str, top_k: int | None) -> list[TokenLogprob] | None:
+    if top_k is None:
+        return None
+    alternatives = [TopLogprob(token, -0.5)] + [
+        TopLogprob(f"alt{i}", -1.0 - i) for i in range(1, top_k)
+    ]
+    return [TokenLogprob(token=token, logprob=-0.5, top=alternatives[:top_k])]
+
+
+def _prompt_logprobs(request: GenerateRequest, position: int) -> list[TokenLogprob | None] | None:
+    if position != 0 or request.sampling.prompt_logprobs is None:
+        return None
+    words = (request.prompt or "").split()
+    return [None] + [TokenLogprob(token=" " + w, logprob=-2.0, top=[]) for w in words[1:]]

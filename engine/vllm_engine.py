@@ -6,7 +6,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextlib import aclosing
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.errors import (
@@ -15,7 +16,15 @@ from engine.errors import (
     EngineRequestError,
     EngineUnavailable,
 )
-from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ModelInfo
+from engine.logprobs import convert_prompt_logprobs, convert_sample_logprobs
+from engine.protocol import (
+    ChoiceDelta,
+    GenerateOutput,
+    GenerateRequest,
+    ModelInfo,
+    SamplingOptions,
+)
+from engine.streams import merge
 from engine.templates import render_chat
 
 log = logging.getLogger("lilac.engine")
@@ -72,6 +81,7 @@ class VLLMEngine:
             max_model_len=model_config.max_model_len,
             created=int(time.time()),
             root=self._config.model,
+            vocab_size=model_config.get_vocab_size(),
         )
         self._llm = llm
 
@@ -126,29 +136,84 @@ class VLLMEngine:
             raise ContextLengthExceeded(prompt_tokens, requested, limit)
         return requested
 
+    def tokenize(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        add_special_tokens: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        if not self.is_ready():
+            raise EngineUnavailable("The model is still loading.")
+        if messages is not None:
+            text = render_chat(
+                self._template or "",
+                messages,
+                add_generation_prompt=add_generation_prompt,
+                special_tokens=self._special_tokens,
+            )
+            return self._tokenizer.encode(text, add_special_tokens=False)
+        return self._tokenizer.encode(prompt or "", add_special_tokens=add_special_tokens)
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        if not self.is_ready():
+            raise EngineUnavailable("The model is still loading.")
+        _check_token_ids(token_ids, self.model.vocab_size, "tokens")
+        return self._tokenizer.decode(token_ids)
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
         if not self.is_ready():
             raise EngineUnavailable("The model is still loading.")
+        sampling = request.sampling
+        _check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
+        _check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
+        prompt_ids = self._prompt_token_ids(request)
+        max_tokens = self._output_budget(len(prompt_ids), sampling.max_tokens)
+        if sampling.n > 1 and sampling.temperature == 0:
+            # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
+            single = replace(sampling, n=1)
+            streams = [
+                self._stream(prompt_ids, single, max_tokens, f"{request.request_id}-{i}")
+                for i in range(sampling.n)
+            ]
+            async with aclosing(merge(streams)) as merged:
+                async for position, output in merged:
+                    for choice in output.choices:
+                        choice.index = position
+                    yield output
+            return
+        # aclosing: closing this generator must close (and so abort) the inner one at once.
+        stream = self._stream(prompt_ids, sampling, max_tokens, request.request_id)
+        async with aclosing(stream) as outputs:
+            async for output in outputs:
+                yield output
+
+    async def _stream(
+        self, prompt_ids: list[int], sampling: SamplingOptions, max_tokens: int, request_id: str
+    ) -> AsyncIterator[GenerateOutput]:
         from engine.sampling import to_sampling_params
 
-        prompt_ids = self._prompt_token_ids(request)
-        max_tokens = self._output_budget(len(prompt_ids), request.sampling.max_tokens)
-        params = to_sampling_params(request.sampling, max_tokens)
+        try:
+            params = to_sampling_params(sampling, max_tokens)
+        except ValueError as exc:  # vLLM's own parameter checks
+            raise EngineRequestError(str(exc)) from exc
+        top_k = sampling.logprobs or 0
         prompt_tokens = len(prompt_ids)
-        stream = self._llm.generate({"prompt_token_ids": prompt_ids}, params, request.request_id)
+        first = True
+        stream = self._llm.generate({"prompt_token_ids": prompt_ids}, params, request_id)
         try:
             async for output in stream:
+                prompt_logprobs = None
+                if first and sampling.prompt_logprobs is not None:
+                    prompt_logprobs = convert_prompt_logprobs(
+                        prompt_ids, output.prompt_logprobs, sampling.prompt_logprobs
+                    )
+                first = False
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
-                    choices=[
-                        ChoiceDelta(
-                            index=completion.index,
-                            text=completion.text,
-                            token_count=len(completion.token_ids),
-                            finish_reason=_finish_reason(completion.finish_reason),
-                        )
-                        for completion in output.outputs
-                    ],
+                    choices=[_choice_delta(completion, top_k) for completion in output.outputs],
+                    prompt_logprobs=prompt_logprobs,
                 )
         except ValueError as exc:  # vLLM's input validation
             raise EngineRequestError(str(exc)) from exc
@@ -158,6 +223,25 @@ class VLLMEngine:
             # Closed early (client gone, or an error): closing vLLM's generator aborts the
             # request in the engine core. A no-op when it already finished.
             await stream.aclose()
+
+
+def _choice_delta(completion: Any, top_k: int) -> ChoiceDelta:
+    return ChoiceDelta(
+        index=completion.index,
+        text=completion.text,
+        token_count=len(completion.token_ids),
+        finish_reason=_finish_reason(completion.finish_reason),
+        logprobs=convert_sample_logprobs(completion.token_ids, completion.logprobs, top_k),
+    )
+
+
+def _check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
+    for token_id in token_ids:
+        if not 0 <= token_id < vocab_size:
+            raise EngineRequestError(
+                f"Token id {token_id} is outside the model's vocabulary (0..{vocab_size - 1}).",
+                param=param,
+            )
 
 
 def _build_async_llm(config: EngineConfig) -> Any:

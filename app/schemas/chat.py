@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from app.schemas.sampling import PositiveInt, SamplingFields
+
 # ---------------------------------------------------------------- request
 
 
@@ -51,32 +53,13 @@ class ToolMessage(Struct, tag_field="role", tag="tool"):
 Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
 
 
-class StreamOptions(Struct):
-    include_usage: bool = False
-
-
-Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
-TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
-PositiveInt = Annotated[int, Meta(ge=1)]
-StopString = Annotated[str, Meta(min_length=1)]
-Stop = StopString | Annotated[list[StopString], Meta(max_length=4)]
-
-
-class ChatCompletionRequest(Struct, kw_only=True):
-    model: str
+class ChatCompletionRequest(SamplingFields, kw_only=True):
     messages: Annotated[list[Message], Meta(min_length=1)]
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
     max_tokens: PositiveInt | None = None
+    # Wins over max_tokens when both are given (it bounds reasoning tokens too).
     max_completion_tokens: PositiveInt | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    stop: Stop | None = None
-    seed: int | None = None
-    n: Annotated[int, Meta(ge=1, le=1)] = 1
-    user: str | None = None
-    # vLLM extension used by benchmark clients: generate exactly max_tokens.
-    ignore_eos: bool = False
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
 
 
 # ---------------------------------------------------------------- response
@@ -88,6 +71,24 @@ class Usage(Struct):
     total_tokens: int
 
 
+class TopLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(Struct):
+    content: list[TokenLogprob] | None
+    refusal: None = None
+
+
 class ResponseMessage(Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
@@ -97,7 +98,7 @@ class ResponseMessage(Struct, kw_only=True):
 class Choice(Struct, kw_only=True):
     index: int
     message: ResponseMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None
 
 
@@ -122,7 +123,7 @@ class Delta(Struct, omit_defaults=True):
 class ChunkChoice(Struct, kw_only=True):
     index: int
     delta: Delta
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
 
 
