@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 @dataclass(slots=True)
@@ -40,6 +40,23 @@ class SamplingOptions:
 
 
 @dataclass(slots=True)
+class ToolCallDelta:
+    """A piece of one tool call: id and name come first, arguments in pieces."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(slots=True)
+class StructuredOutput:
+    """response_format: `json_object` (schema None) or `json_schema` (schema given)."""
+
+    schema: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
 class GenerateRequest:
     """One generation: chat `messages` (rendered by the model's template) or a raw `prompt`."""
 
@@ -48,6 +65,11 @@ class GenerateRequest:
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # OpenAI-shaped tool definitions; rendered by the template and parsed from the output.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    response_format: StructuredOutput | None = None
 
 
 @dataclass(slots=True)
@@ -74,6 +96,7 @@ class ChoiceDelta:
     token_count: int
     finish_reason: FinishReason | None = None
     logprobs: list[TokenLogprob] | None = None  # one per new token, when asked for
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 @dataclass(slots=True)

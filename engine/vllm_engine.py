@@ -25,7 +25,9 @@ from engine.protocol import (
     SamplingOptions,
 )
 from engine.streams import merge
+from engine.structured import constraint_for
 from engine.templates import render_chat
+from engine.tool_calls import ToolCallStream, ToolRequest
 
 log = logging.getLogger("lilac.engine")
 
@@ -43,6 +45,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     seed: int = 0
     chat_template: str | None = None  # template text overriding the tokenizer's
+    tool_parser: str = "hermes"  # vLLM tool-parser name of the model's call format
 
 
 class VLLMEngine:
@@ -115,11 +118,14 @@ class VLLMEngine:
 
     def _prompt_token_ids(self, request: GenerateRequest) -> list[int]:
         if request.messages is not None:
+            kwargs = dict(request.template_kwargs)
+            if request.tools and request.tool_choice != "none":
+                kwargs["tools"] = request.tools
             text = render_chat(
                 self._template or "",
                 request.messages,
                 special_tokens=self._special_tokens,
-                template_kwargs=request.template_kwargs,
+                template_kwargs=kwargs,
             )
             # The template already wrote the special tokens.
             return self._tokenizer.encode(text, add_special_tokens=False)
@@ -168,13 +174,17 @@ class VLLMEngine:
         sampling = request.sampling
         _check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
         _check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
+        constraint = constraint_for(request, self._config.tool_parser)
         prompt_ids = self._prompt_token_ids(request)
         max_tokens = self._output_budget(len(prompt_ids), sampling.max_tokens)
+        tools = self._tool_request(request)
         if sampling.n > 1 and sampling.temperature == 0:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)
             streams = [
-                self._stream(prompt_ids, single, max_tokens, f"{request.request_id}-{i}")
+                self._stream(
+                    prompt_ids, single, max_tokens, f"{request.request_id}-{i}", constraint, tools
+                )
                 for i in range(sampling.n)
             ]
             async with aclosing(merge(streams)) as merged:
@@ -184,13 +194,26 @@ class VLLMEngine:
                     yield output
             return
         # aclosing: closing this generator must close (and so abort) the inner one at once.
-        stream = self._stream(prompt_ids, sampling, max_tokens, request.request_id)
+        stream = self._stream(
+            prompt_ids, sampling, max_tokens, request.request_id, constraint, tools
+        )
         async with aclosing(stream) as outputs:
             async for output in outputs:
                 yield output
 
+    def _tool_request(self, request: GenerateRequest) -> ToolRequest | None:
+        if not request.tools or request.tool_choice == "none":
+            return None
+        return ToolRequest(request.tools, request.tool_choice, request.parallel_tool_calls)
+
     async def _stream(
-        self, prompt_ids: list[int], sampling: SamplingOptions, max_tokens: int, request_id: str
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingOptions,
+        max_tokens: int,
+        request_id: str,
+        constraint: Any = None,
+        tools: ToolRequest | None = None,
     ) -> AsyncIterator[GenerateOutput]:
         from engine.sampling import to_sampling_params
 
@@ -198,6 +221,8 @@ class VLLMEngine:
             params = to_sampling_params(sampling, max_tokens)
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
+        params.structured_outputs = constraint
+        parsers: dict[int, ToolCallStream] = {}
         top_k = sampling.logprobs or 0
         prompt_tokens = len(prompt_ids)
         first = True
@@ -210,9 +235,19 @@ class VLLMEngine:
                         prompt_ids, output.prompt_logprobs, sampling.prompt_logprobs
                     )
                 first = False
+                choices = [_choice_delta(completion, top_k) for completion in output.outputs]
+                if tools is not None:
+                    for choice, completion in zip(choices, output.outputs, strict=True):
+                        parser = parsers.get(choice.index)
+                        if parser is None:
+                            parser = ToolCallStream(
+                                self._config.tool_parser, tools, self._tokenizer
+                            )
+                            parsers[choice.index] = parser
+                        _parse_tool_calls(choice, completion.token_ids, parser)
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
-                    choices=[_choice_delta(completion, top_k) for completion in output.outputs],
+                    choices=choices,
                     prompt_logprobs=prompt_logprobs,
                 )
         except ValueError as exc:  # vLLM's input validation
@@ -233,6 +268,17 @@ def _choice_delta(completion: Any, top_k: int) -> ChoiceDelta:
         finish_reason=_finish_reason(completion.finish_reason),
         logprobs=convert_sample_logprobs(completion.token_ids, completion.logprobs, top_k),
     )
+
+
+def _parse_tool_calls(choice: ChoiceDelta, token_ids: Any, parser: ToolCallStream) -> None:
+    """Move the choice's text through the tool-call parser: content stays, calls split off."""
+    content, calls = parser.feed(choice.text, list(token_ids))
+    if choice.finish_reason is not None:
+        calls.extend(parser.finish())
+        if parser.called and choice.finish_reason == "stop":
+            choice.finish_reason = "tool_calls"
+    choice.text = content
+    choice.tool_calls = calls or None
 
 
 def _check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
@@ -259,6 +305,8 @@ def _build_async_llm(config: EngineConfig) -> Any:
         gpu_memory_utilization=config.gpu_memory_utilization,
         seed=config.seed,
         disable_log_stats=True,
+        # xgrammar, and no free whitespace inside JSON: where small models loop.
+        structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
     )
     return AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER)
 

@@ -13,6 +13,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from app.schemas.sampling import PositiveInt, SamplingFields
+from app.schemas.tools import ResponseFormat, Tool, ToolCall, ToolCallDelta, ToolChoice
 
 # ---------------------------------------------------------------- request
 
@@ -43,6 +44,7 @@ class UserMessage(Struct, tag_field="role", tag="user"):
 class AssistantMessage(Struct, tag_field="role", tag="assistant"):
     content: Content | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ToolMessage(Struct, tag_field="role", tag="tool"):
@@ -60,6 +62,10 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     max_completion_tokens: PositiveInt | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
 
 
 # ---------------------------------------------------------------- response
@@ -93,6 +99,7 @@ class ResponseMessage(Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: None = None
+    tool_calls: list[ToolCall] | UnsetType = UNSET
 
 
 class Choice(Struct, kw_only=True):
@@ -118,6 +125,7 @@ class ChatCompletion(Struct, kw_only=True):
 class Delta(Struct, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(Struct, kw_only=True):

@@ -25,6 +25,12 @@ from app.schemas.chat import (
 )
 from app.services.sampling import check_common, check_model, sampling_options
 from app.services.streaming import open_sse
+from app.services.tools import (
+    ToolCallCollector,
+    template_tool_calls,
+    tool_fields,
+    wire_deltas,
+)
 from app.sse import frame
 from engine import protocol
 from engine.protocol import Engine, GenerateOutput, GenerateRequest
@@ -49,6 +55,9 @@ def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
         tool_call_id = getattr(message, "tool_call_id", None)
         if tool_call_id is not None:
             item["tool_call_id"] = tool_call_id
+        tool_calls = getattr(message, "tool_calls", None)
+        if tool_calls:
+            item["tool_calls"] = template_tool_calls(tool_calls)
         rendered.append(item)
     return rendered
 
@@ -83,7 +92,15 @@ def engine_request(engine: Engine, request: ChatCompletionRequest) -> GenerateRe
         request_id=f"chatcmpl-{uuid.uuid4().hex}",
         sampling=sampling_options(request, max_tokens=max_tokens, logprobs=logprobs),
         messages=messages_for_template(request.messages),
+        **tool_fields(request),
     )
+
+
+def _message(text: str, collector: ToolCallCollector) -> ResponseMessage:
+    tool_calls = collector.calls()
+    if not tool_calls:
+        return ResponseMessage(content=text)
+    return ResponseMessage(content=text or None, tool_calls=tool_calls)
 
 
 class ChatService:
@@ -94,6 +111,7 @@ class ChatService:
         generate = engine_request(self._engine, request)
         texts: dict[int, list[str]] = {i: [] for i in range(request.n)}
         logprobs: dict[int, list[protocol.TokenLogprob]] = {i: [] for i in range(request.n)}
+        calls = {i: ToolCallCollector() for i in range(request.n)}
         finish: dict[int, str | None] = {}
         completion_tokens = prompt_tokens = 0
         async for output in self._engine.generate(generate):
@@ -103,13 +121,15 @@ class ChatService:
                 completion_tokens += delta.token_count
                 if delta.logprobs:
                     logprobs[delta.index].extend(delta.logprobs)
+                if delta.tool_calls:
+                    calls[delta.index].add(delta.tool_calls)
                 if delta.finish_reason is not None:
                     finish[delta.index] = delta.finish_reason
         wants_logprobs = generate.sampling.logprobs is not None
         choices = [
             Choice(
                 index=index,
-                message=ResponseMessage(content="".join(parts)),
+                message=_message("".join(parts), calls[index]),
                 logprobs=to_wire_logprobs(logprobs[index]) if wants_logprobs else None,
                 finish_reason=finish.get(index),
             )
@@ -151,11 +171,13 @@ class ChunkWriter:
             if delta.index not in self._started:
                 self._started.add(delta.index)
                 role = "assistant"
-            if not delta.text and role is None and delta.finish_reason is None:
+            if not (delta.text or role or delta.finish_reason or delta.tool_calls):
                 continue
+            tool_calls = wire_deltas(delta.tool_calls) if delta.tool_calls else None
+            content = delta.text if delta.text or (role and not tool_calls) else None
             choice = ChunkChoice(
                 index=delta.index,
-                delta=Delta(role=role, content=delta.text if delta.text or role else None),
+                delta=Delta(role=role, content=content, tool_calls=tool_calls),
                 logprobs=to_wire_logprobs(delta.logprobs),
                 finish_reason=delta.finish_reason,
             )
