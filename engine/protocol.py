@@ -25,6 +25,7 @@ class SamplingOptions:
     stop: list[str] = field(default_factory=list)
     n: int = 1
     ignore_eos: bool = False
+    skip_special_tokens: bool = True
 
 
 @dataclass(slots=True)
@@ -35,7 +36,10 @@ class GenerateRequest:
     sampling: SamplingOptions
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # `chat_template_kwargs`
+    # Top-level reasoning fields the client set (`thinking`, `enable_thinking`,
+    # `reasoning_effort`); the model's family decides what they mean.
+    reasoning_controls: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -43,9 +47,10 @@ class ChoiceDelta:
     """New output of one choice since the previous `GenerateOutput`."""
 
     index: int
-    text: str
-    token_count: int
+    text: str  # content; never chain of thought
+    token_count: int  # all generated tokens, reasoning included
     finish_reason: FinishReason | None = None
+    reasoning: str = ""  # chain of thought, split from the output by the family's parser
 
 
 @dataclass(slots=True)
@@ -64,6 +69,8 @@ class ModelInfo:
     max_model_len: int
     created: int
     root: str  # where the weights came from: a folder or a Hugging Face id
+    family: str | None = None  # the model family it is bound to (engine.families)
+    reasons_by_default: bool = False  # thinks unless the request turns reasoning off
 
     @property
     def name(self) -> str:

@@ -16,5 +16,6 @@ def to_sampling_params(options: SamplingOptions, max_tokens: int) -> SamplingPar
         stop=list(options.stop) or None,
         max_tokens=max_tokens,
         ignore_eos=options.ignore_eos,
+        skip_special_tokens=options.skip_special_tokens,
         output_kind=RequestOutputKind.DELTA,
     )

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.errors import (
@@ -15,8 +15,10 @@ from engine.errors import (
     EngineRequestError,
     EngineUnavailable,
 )
+from engine.families import Family, for_model
+from engine.parsing import OutputParsing
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ModelInfo
-from engine.templates import render_chat
+from engine.templates import load_template_file, render_chat
 
 log = logging.getLogger("lilac.engine")
 
@@ -33,7 +35,12 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     seed: int = 0
-    chat_template: str | None = None  # template text overriding the tokenizer's
+    chat_template: str | None = None  # template text overriding the family's and tokenizer's
+    family: str | None = None  # `--family`; None: detected from the model (engine.families)
+
+    @property
+    def family_record(self) -> Family | None:
+        return for_model(self.model, self.family)
 
 
 class VLLMEngine:
@@ -44,6 +51,7 @@ class VLLMEngine:
         self._template: str | None = None
         self._special_tokens: dict[str, str] = {}
         self._model: ModelInfo | None = None
+        self._parsing = OutputParsing(None, None)
         self._build: asyncio.Future[Any] | None = None
 
     @property
@@ -59,9 +67,6 @@ class VLLMEngine:
         self._build = asyncio.ensure_future(asyncio.to_thread(_build_async_llm, self._config))
         llm = await asyncio.shield(self._build)
         self._tokenizer = llm.get_tokenizer()
-        self._template = self._config.chat_template or self._tokenizer.chat_template
-        if not self._template:
-            raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
         self._special_tokens = {
             "bos_token": self._tokenizer.bos_token or "",
             "eos_token": self._tokenizer.eos_token or "",
@@ -73,7 +78,28 @@ class VLLMEngine:
             created=int(time.time()),
             root=self._config.model,
         )
+        self.bind_family(self._config.family_record, self._config.chat_template)
         self._llm = llm
+
+    def bind_family(self, family: Family | None, chat_template: str | None = None) -> None:
+        """Bind the served model to `family`: its template (unless `chat_template`
+        overrides it) and its output parsing. Done at start; tests rebind one checkpoint
+        to several families. vLLM's structured-output gate keeps the reasoning parser the
+        engine was built with (EngineConfig.family)."""
+        template = chat_template
+        if template is None and family is not None:
+            template = load_template_file(family.template)
+        template = template or self._tokenizer.chat_template
+        if not template:
+            raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
+        self._template = template
+        self._parsing = OutputParsing(family, self._tokenizer)
+        if self._model is not None:
+            self._model = replace(
+                self._model,
+                family=family.name if family else None,
+                reasons_by_default=family.reasons_by_default if family else False,
+            )
 
     async def shutdown(self) -> None:
         llm, self._llm = self._llm, None
@@ -131,21 +157,33 @@ class VLLMEngine:
             raise EngineUnavailable("The model is still loading.")
         from engine.sampling import to_sampling_params
 
+        request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
         prompt_ids = self._prompt_token_ids(request)
+        parsing.prompt_token_ids = prompt_ids
         max_tokens = self._output_budget(len(prompt_ids), request.sampling.max_tokens)
         params = to_sampling_params(request.sampling, max_tokens)
+        params.structured_outputs, reasoning_ended = self._structured_outputs(request)
         prompt_tokens = len(prompt_ids)
-        stream = self._llm.generate({"prompt_token_ids": prompt_ids}, params, request.request_id)
+        stream = self._llm.generate(
+            {"prompt_token_ids": prompt_ids},
+            params,
+            request.request_id,
+            reasoning_ended=reasoning_ended,
+            **parsing.engine_kwargs,
+        )
         try:
             async for output in stream:
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=[
-                        ChoiceDelta(
-                            index=completion.index,
-                            text=completion.text,
-                            token_count=len(completion.token_ids),
-                            finish_reason=_finish_reason(completion.finish_reason),
+                        parsing.apply(
+                            ChoiceDelta(
+                                index=completion.index,
+                                text=completion.text,
+                                token_count=len(completion.token_ids),
+                                finish_reason=_finish_reason(completion.finish_reason),
+                            ),
+                            completion.token_ids,
                         )
                         for completion in output.outputs
                     ],
@@ -159,13 +197,21 @@ class VLLMEngine:
             # request in the engine core. A no-op when it already finished.
             await stream.aclose()
 
+    def _structured_outputs(self, request: GenerateRequest) -> tuple[Any, bool | None]:
+        """vLLM structured-output params for the request, and whether reasoning has
+        already ended (None: vLLM's gate decides from the prompt). Nothing yet
+        (response_format and tools come with their own issues); the family tests
+        override it to make SmolLM2 write a family's reasoning markers."""
+        return None, None
 
-def _build_async_llm(config: EngineConfig) -> Any:
+
+def engine_args(config: EngineConfig) -> Any:
+    """vLLM's engine arguments. The family's reasoning parser goes to the structured-output
+    config, so a grammar (json_schema, a tool call) applies only once reasoning ends."""
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.usage.usage_lib import UsageContext
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    args = AsyncEngineArgs(
+    family = config.family_record
+    return AsyncEngineArgs(
         model=config.model,
         served_model_name=list(config.served_names),
         dtype=config.dtype,
@@ -175,7 +221,15 @@ def _build_async_llm(config: EngineConfig) -> Any:
         gpu_memory_utilization=config.gpu_memory_utilization,
         seed=config.seed,
         disable_log_stats=True,
+        reasoning_parser=(family.reasoning_parser if family else None) or "",
     )
+
+
+def _build_async_llm(config: EngineConfig) -> Any:
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    args = engine_args(config)
     return AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER)
 
 

@@ -7,7 +7,7 @@ official SDKs send extras. Bounds live in `Meta` so that a violation becomes a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -41,6 +41,7 @@ class UserMessage(Struct, tag_field="role", tag="user"):
 class AssistantMessage(Struct, tag_field="role", tag="assistant"):
     content: Content | None = None
     name: str | None = None
+    reasoning: str | None = None  # a past turn's chain of thought, for templates that keep it
 
 
 class ToolMessage(Struct, tag_field="role", tag="tool"):
@@ -77,6 +78,12 @@ class ChatCompletionRequest(Struct, kw_only=True):
     user: str | None = None
     # vLLM extension used by benchmark clients: generate exactly max_tokens.
     ignore_eos: bool = False
+    # Reasoning controls. Their meaning (and allowed values) depends on the model's
+    # family (engine.families): the engine validates them, and a bad value is a 400.
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    thinking: bool | None = None
+    enable_thinking: bool | None = None
 
 
 # ---------------------------------------------------------------- response
@@ -92,6 +99,8 @@ class ResponseMessage(Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: None = None
+    # Chain of thought, apart from `content`; omitted for models that did not reason.
+    reasoning: str | UnsetType = UNSET
 
 
 class Choice(Struct, kw_only=True):
@@ -117,6 +126,7 @@ class ChatCompletion(Struct, kw_only=True):
 class Delta(Struct, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning: str | None = None
 
 
 class ChunkChoice(Struct, kw_only=True):

@@ -46,6 +46,9 @@ def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
         tool_call_id = getattr(message, "tool_call_id", None)
         if tool_call_id is not None:
             item["tool_call_id"] = tool_call_id
+        reasoning = getattr(message, "reasoning", None)
+        if reasoning is not None:
+            item["reasoning"] = reasoning
         rendered.append(item)
     return rendered
 
@@ -70,6 +73,16 @@ def sampling_options(request: ChatCompletionRequest) -> SamplingOptions:
     )
 
 
+def reasoning_controls(request: ChatCompletionRequest) -> dict[str, Any]:
+    """The top-level reasoning fields the client set; the engine's family reads them."""
+    fields = {
+        "thinking": request.thinking,
+        "enable_thinking": request.enable_thinking,
+        "reasoning_effort": request.reasoning_effort,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
 class ChatService:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -85,11 +98,14 @@ class ChatService:
             request_id=f"chatcmpl-{uuid.uuid4().hex}",
             sampling=sampling_options(request),
             messages=messages_for_template(request.messages),
+            template_kwargs=dict(request.chat_template_kwargs or {}),
+            reasoning_controls=reasoning_controls(request),
         )
 
     async def complete(self, request: ChatCompletionRequest) -> ChatCompletion:
         engine_request = self._engine_request(request)
         texts: dict[int, list[str]] = {}
+        reasoning: dict[int, list[str]] = {}
         finish: dict[int, str | None] = {}
         completion_tokens = 0
         prompt_tokens = 0
@@ -97,13 +113,15 @@ class ChatService:
             prompt_tokens = output.prompt_tokens
             for delta in output.choices:
                 texts.setdefault(delta.index, []).append(delta.text)
+                if delta.reasoning:
+                    reasoning.setdefault(delta.index, []).append(delta.reasoning)
                 completion_tokens += delta.token_count
                 if delta.finish_reason is not None:
                     finish[delta.index] = delta.finish_reason
         choices = [
             Choice(
                 index=index,
-                message=ResponseMessage(content="".join(parts)),
+                message=_message("".join(parts), reasoning.get(index)),
                 finish_reason=finish.get(index),
             )
             for index, parts in sorted(texts.items())
@@ -129,6 +147,13 @@ class ChatService:
             await outputs.aclose()
             raise
         return _StreamWriter(request, engine_request.request_id).frames(first, outputs)
+
+
+def _message(content: str, reasoning: list[str] | None) -> ResponseMessage:
+    message = ResponseMessage(content=content)
+    if reasoning:
+        message.reasoning = "".join(reasoning)
+    return message
 
 
 class _StreamWriter:
@@ -170,11 +195,17 @@ class _StreamWriter:
             if delta.index not in self._started:
                 self._started.add(delta.index)
                 role = "assistant"
-            if not delta.text and role is None and delta.finish_reason is None:
+            if not (delta.text or delta.reasoning or role or delta.finish_reason):
                 continue
+            # The first chunk carries content "" with the role, unless it carries reasoning.
+            first_content = role is not None and not delta.reasoning
             choice = ChunkChoice(
                 index=delta.index,
-                delta=Delta(role=role, content=delta.text if delta.text or role else None),
+                delta=Delta(
+                    role=role,
+                    content=delta.text if delta.text or first_content else None,
+                    reasoning=delta.reasoning or None,
+                ),
                 finish_reason=delta.finish_reason,
             )
             chunk = ChatCompletionChunk(

@@ -6,7 +6,9 @@ in `templates/<name>.jinja`, list it in `_MODULES`, and add its row to the READM
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from engine.families import gemma4, glm, kimi_k2, minimax_m3, smollm2
@@ -15,7 +17,7 @@ from engine.families.base import Family, Toggle, resolve
 _MODULES = (smollm2, kimi_k2, glm, gemma4, minimax_m3)
 FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in _MODULES}
 
-__all__ = ["FAMILIES", "Family", "Toggle", "detect", "get", "resolve"]
+__all__ = ["FAMILIES", "Family", "Toggle", "detect", "for_model", "get", "resolve"]
 
 
 def get(name: str) -> Family:
@@ -43,3 +45,18 @@ def detect(model_id: str, config: Mapping[str, Any] | None = None) -> Family | N
             if model_type in family.model_types:
                 return family
     return None
+
+
+def for_model(model: str, explicit: str | None = None) -> Family | None:
+    """The family a served model binds to: `explicit` (`--family`) if given, else the one
+    detected from the model's id and, for a local folder, its `config.json`."""
+    if explicit:
+        return get(explicit)
+    config_path = Path(model) / "config.json"
+    config: dict[str, Any] | None = None
+    if config_path.is_file():
+        try:
+            config = json.loads(config_path.read_text())
+        except ValueError:
+            config = None
+    return detect(model, config)

@@ -12,9 +12,7 @@ FAMILY = Family(
     title="MiniMax M3",
     template="minimax_m3",
     toggles=(
-        Toggle(
-            key="thinking_mode", default="adaptive", values=("adaptive", "enabled", "disabled")
-        ),
+        Toggle(key="thinking_mode", default="adaptive", values=("adaptive", "enabled", "disabled")),
     ),
     reasoning_parser="minimax_m3",
     tool_parser="minimax_m3",
