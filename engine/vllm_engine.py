@@ -162,7 +162,7 @@ class VLLMEngine:
         parsing.prompt_token_ids = prompt_ids
         max_tokens = self._output_budget(len(prompt_ids), request.sampling.max_tokens)
         params = to_sampling_params(request.sampling, max_tokens)
-        params.structured_outputs, reasoning_ended = self._structured_outputs(request)
+        reasoning_ended = self._constrain(request, params)
         prompt_tokens = len(prompt_ids)
         stream = self._llm.generate(
             {"prompt_token_ids": prompt_ids},
@@ -197,12 +197,12 @@ class VLLMEngine:
             # request in the engine core. A no-op when it already finished.
             await stream.aclose()
 
-    def _structured_outputs(self, request: GenerateRequest) -> tuple[Any, bool | None]:
-        """vLLM structured-output params for the request, and whether reasoning has
-        already ended (None: vLLM's gate decides from the prompt). Nothing yet
-        (response_format and tools come with their own issues); the family tests
-        override it to make SmolLM2 write a family's reasoning markers."""
-        return None, None
+    def _constrain(self, request: GenerateRequest, params: Any) -> bool | None:
+        """Add structured-output constraints to vLLM's `params`; return whether reasoning
+        has already ended (None: vLLM's gate decides from the prompt and the family's
+        parser). Nothing yet (response_format and tools come with their own issues); the
+        family tests override it to make SmolLM2 write a family's reasoning markers."""
+        return None
 
 
 def engine_args(config: EngineConfig) -> Any:

@@ -54,5 +54,7 @@ def make_family_checkpoint(source: Path, target: Path) -> Path:
             del vocab[added["content"]]
             vocab[marker] = added["id"]
             added["content"] = marker
+            # Not "special": xgrammar then lets a regex produce the marker as one token.
+            added["special"] = False
     (target / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
     return target
