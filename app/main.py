@@ -29,11 +29,17 @@ log = logging.getLogger("lilac.app")
 
 def build_engine(settings: Settings) -> Engine:
     """The vLLM engine the settings describe, with CPU defaults when there is no GPU."""
+    from engine.families import get as get_family
     from engine.models import resolve_model
     from engine.templates import load_template_file
     from engine.vllm_engine import EngineConfig, VLLMEngine
 
     model_path, default_name = resolve_model(settings.model)
+    if settings.family is not None:
+        try:
+            get_family(settings.family)
+        except ValueError as exc:  # before minutes of loading, not after
+            raise SystemExit(f"--family: {exc}") from exc
     on_gpu = settings.on_gpu
     if not on_gpu:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
@@ -51,6 +57,7 @@ def build_engine(settings: Settings) -> Engine:
         chat_template=load_template_file(settings.chat_template)
         if settings.chat_template
         else None,
+        family=settings.family,
     )
     return VLLMEngine(config)
 

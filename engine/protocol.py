@@ -64,7 +64,10 @@ class GenerateRequest:
     sampling: SamplingOptions
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # `chat_template_kwargs`
+    # Top-level reasoning fields the client set (`thinking`, `enable_thinking`,
+    # `reasoning_effort`); the model's family decides what they mean.
+    reasoning_controls: dict[str, Any] = field(default_factory=dict)
     # OpenAI-shaped tool definitions; rendered by the template and parsed from the output.
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] = "auto"
@@ -92,11 +95,12 @@ class ChoiceDelta:
     """New output of one choice since the previous `GenerateOutput`."""
 
     index: int
-    text: str
-    token_count: int
+    text: str  # content; never chain of thought
+    token_count: int  # all generated tokens, reasoning included
     finish_reason: FinishReason | None = None
     logprobs: list[TokenLogprob] | None = None  # one per new token, when asked for
     tool_calls: list[ToolCallDelta] | None = None
+    reasoning: str = ""  # chain of thought, split from the output by the family's parser
 
 
 @dataclass(slots=True)
@@ -119,6 +123,8 @@ class ModelInfo:
     created: int
     root: str  # where the weights came from: a folder or a Hugging Face id
     vocab_size: int = 0
+    family: str | None = None  # the model family it is bound to (engine.families)
+    reasons_by_default: bool = False  # thinks unless the request turns reasoning off
 
     @property
     def name(self) -> str:

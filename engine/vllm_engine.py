@@ -16,7 +16,9 @@ from engine.errors import (
     EngineRequestError,
     EngineUnavailable,
 )
+from engine.families import Family, for_model
 from engine.logprobs import convert_prompt_logprobs, convert_sample_logprobs
+from engine.parsing import OutputParsing, RequestParsing
 from engine.protocol import (
     ChoiceDelta,
     GenerateOutput,
@@ -26,7 +28,7 @@ from engine.protocol import (
 )
 from engine.streams import merge
 from engine.structured import constraint_for
-from engine.templates import render_chat
+from engine.templates import load_template_file, render_chat
 from engine.tool_calls import ToolCallStream, ToolRequest
 
 log = logging.getLogger("lilac.engine")
@@ -44,8 +46,14 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     seed: int = 0
-    chat_template: str | None = None  # template text overriding the tokenizer's
-    tool_parser: str = "hermes"  # vLLM tool-parser name of the model's call format
+    chat_template: str | None = None  # template text overriding the family's and tokenizer's
+    family: str | None = None  # `--family`; None: detected from the model (engine.families)
+    # vLLM tool-parser name of the model's call format; None: the family's (else hermes).
+    tool_parser: str | None = None
+
+    @property
+    def family_record(self) -> Family | None:
+        return for_model(self.model, self.family)
 
 
 class VLLMEngine:
@@ -57,6 +65,8 @@ class VLLMEngine:
         self._special_tokens: dict[str, str] = {}
         self._model: ModelInfo | None = None
         self._build: asyncio.Future[Any] | None = None
+        self._parsing = OutputParsing(None, None)
+        self._tool_parser = "hermes"
 
     @property
     def model(self) -> ModelInfo:
@@ -71,9 +81,6 @@ class VLLMEngine:
         self._build = asyncio.ensure_future(asyncio.to_thread(_build_async_llm, self._config))
         llm = await asyncio.shield(self._build)
         self._tokenizer = llm.get_tokenizer()
-        self._template = self._config.chat_template or self._tokenizer.chat_template
-        if not self._template:
-            raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
         self._special_tokens = {
             "bos_token": self._tokenizer.bos_token or "",
             "eos_token": self._tokenizer.eos_token or "",
@@ -86,7 +93,30 @@ class VLLMEngine:
             root=self._config.model,
             vocab_size=model_config.get_vocab_size(),
         )
+        self.bind_family(self._config.family_record, self._config.chat_template)
         self._llm = llm
+
+    def bind_family(self, family: Family | None, chat_template: str | None = None) -> None:
+        """Bind the served model to `family`: its template (unless `chat_template`
+        overrides it), its output parsing and its tool-call format. Done at start; tests
+        rebind one checkpoint to several families. vLLM's structured-output gate keeps
+        the reasoning parser the engine was built with (EngineConfig.family)."""
+        template = chat_template
+        if template is None and family is not None:
+            template = load_template_file(family.template)
+        template = template or self._tokenizer.chat_template
+        if not template:
+            raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
+        self._template = template
+        self._parsing = OutputParsing(family, self._tokenizer)
+        family_parser = family.tool_parser if family else None
+        self._tool_parser = self._config.tool_parser or family_parser or "hermes"
+        if self._model is not None:
+            self._model = replace(
+                self._model,
+                family=family.name if family else None,
+                reasons_by_default=family.reasons_by_default if family else False,
+            )
 
     async def shutdown(self) -> None:
         llm, self._llm = self._llm, None
@@ -174,16 +204,21 @@ class VLLMEngine:
         sampling = request.sampling
         _check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
         _check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
-        constraint = constraint_for(request, self._config.tool_parser)
+        request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
+        constraint = constraint_for(request, self._tool_parser)
         prompt_ids = self._prompt_token_ids(request)
+        parsing.prompt_token_ids = prompt_ids
         max_tokens = self._output_budget(len(prompt_ids), sampling.max_tokens)
-        tools = self._tool_request(request)
         if sampling.n > 1 and sampling.temperature == 0:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)
             streams = [
                 self._stream(
-                    prompt_ids, single, max_tokens, f"{request.request_id}-{i}", constraint, tools
+                    request,
+                    prompt_ids,
+                    _Plan(single, max_tokens, f"{request.request_id}-{i}", constraint),
+                    # each stream's choice 0 is its own: its own reasoning splitter
+                    RequestParsing(parsing.parsing, parsing.settings, prompt_ids),
                 )
                 for i in range(sampling.n)
             ]
@@ -194,9 +229,8 @@ class VLLMEngine:
                     yield output
             return
         # aclosing: closing this generator must close (and so abort) the inner one at once.
-        stream = self._stream(
-            prompt_ids, sampling, max_tokens, request.request_id, constraint, tools
-        )
+        plan = _Plan(sampling, max_tokens, request.request_id, constraint)
+        stream = self._stream(request, prompt_ids, plan, parsing)
         async with aclosing(stream) as outputs:
             async for output in outputs:
                 yield output
@@ -208,25 +242,32 @@ class VLLMEngine:
 
     async def _stream(
         self,
+        request: GenerateRequest,
         prompt_ids: list[int],
-        sampling: SamplingOptions,
-        max_tokens: int,
-        request_id: str,
-        constraint: Any = None,
-        tools: ToolRequest | None = None,
+        plan: _Plan,
+        parsing: RequestParsing,
     ) -> AsyncIterator[GenerateOutput]:
         from engine.sampling import to_sampling_params
 
+        sampling = plan.sampling
         try:
-            params = to_sampling_params(sampling, max_tokens)
+            params = to_sampling_params(sampling, plan.max_tokens)
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
-        params.structured_outputs = constraint
+        params.structured_outputs = plan.constraint
+        reasoning_ended = self._constrain(request, params)
+        tools = self._tool_request(request)
         parsers: dict[int, ToolCallStream] = {}
         top_k = sampling.logprobs or 0
         prompt_tokens = len(prompt_ids)
         first = True
-        stream = self._llm.generate({"prompt_token_ids": prompt_ids}, params, request_id)
+        stream = self._llm.generate(
+            {"prompt_token_ids": prompt_ids},
+            params,
+            plan.request_id,
+            reasoning_ended=reasoning_ended,
+            **parsing.engine_kwargs,
+        )
         try:
             async for output in stream:
                 prompt_logprobs = None
@@ -235,14 +276,15 @@ class VLLMEngine:
                         prompt_ids, output.prompt_logprobs, sampling.prompt_logprobs
                     )
                 first = False
-                choices = [_choice_delta(completion, top_k) for completion in output.outputs]
+                choices = [
+                    parsing.apply(_choice_delta(completion, top_k), completion.token_ids)
+                    for completion in output.outputs
+                ]
                 if tools is not None:
                     for choice, completion in zip(choices, output.outputs, strict=True):
                         parser = parsers.get(choice.index)
                         if parser is None:
-                            parser = ToolCallStream(
-                                self._config.tool_parser, tools, self._tokenizer
-                            )
+                            parser = ToolCallStream(self._tool_parser, tools, self._tokenizer)
                             parsers[choice.index] = parser
                         _parse_tool_calls(choice, completion.token_ids, parser)
                 yield GenerateOutput(
@@ -258,6 +300,22 @@ class VLLMEngine:
             # Closed early (client gone, or an error): closing vLLM's generator aborts the
             # request in the engine core. A no-op when it already finished.
             await stream.aclose()
+
+    def _constrain(self, request: GenerateRequest, params: Any) -> bool | None:
+        """A hook on vLLM's `params` before submission; returns whether reasoning has
+        already ended (None: vLLM's gate decides from the prompt and the family's parser).
+        The family tests override it to make SmolLM2 write a family's reasoning markers."""
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one engine-core request runs with."""
+
+    sampling: SamplingOptions
+    max_tokens: int
+    request_id: str
+    constraint: Any  # vLLM StructuredOutputsParams, or None
 
 
 def _choice_delta(completion: Any, top_k: int) -> ChoiceDelta:
@@ -290,12 +348,13 @@ def _check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
             )
 
 
-def _build_async_llm(config: EngineConfig) -> Any:
+def engine_args(config: EngineConfig) -> Any:
+    """vLLM's engine arguments. The family's reasoning parser goes to the structured-output
+    config, so a grammar (json_schema, a tool call) applies only once reasoning ends."""
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.usage.usage_lib import UsageContext
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    args = AsyncEngineArgs(
+    family = config.family_record
+    return AsyncEngineArgs(
         model=config.model,
         served_model_name=list(config.served_names),
         dtype=config.dtype,
@@ -307,8 +366,17 @@ def _build_async_llm(config: EngineConfig) -> Any:
         disable_log_stats=True,
         # xgrammar, and no free whitespace inside JSON: where small models loop.
         structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+        reasoning_parser=(family.reasoning_parser if family else None) or "",
     )
-    return AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER)
+
+
+def _build_async_llm(config: EngineConfig) -> Any:
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(
+        engine_args(config), usage_context=UsageContext.OPENAI_API_SERVER
+    )
 
 
 def _finish_reason(reason: str | None) -> Any:

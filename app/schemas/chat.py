@@ -7,7 +7,7 @@ official SDKs send extras. Bounds live in `Meta` so that a violation becomes a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -45,6 +45,7 @@ class AssistantMessage(Struct, tag_field="role", tag="assistant"):
     content: Content | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
+    reasoning: str | None = None  # a past turn's chain of thought, for templates that keep it
 
 
 class ToolMessage(Struct, tag_field="role", tag="tool"):
@@ -66,6 +67,12 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
+    # Reasoning controls. Their meaning (and allowed values) depends on the model's
+    # family (engine.families): the engine validates them, and a bad value is a 400.
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    thinking: bool | None = None
+    enable_thinking: bool | None = None
 
 
 # ---------------------------------------------------------------- response
@@ -100,6 +107,8 @@ class ResponseMessage(Struct, kw_only=True):
     content: str | None
     refusal: None = None
     tool_calls: list[ToolCall] | UnsetType = UNSET
+    # Chain of thought, apart from `content`; omitted for models that did not reason.
+    reasoning: str | UnsetType = UNSET
 
 
 class Choice(Struct, kw_only=True):
@@ -126,6 +135,7 @@ class Delta(Struct, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
+    reasoning: str | None = None
 
 
 class ChunkChoice(Struct, kw_only=True):

@@ -58,6 +58,9 @@ def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
         tool_calls = getattr(message, "tool_calls", None)
         if tool_calls:
             item["tool_calls"] = template_tool_calls(tool_calls)
+        reasoning = getattr(message, "reasoning", None)
+        if reasoning is not None:
+            item["reasoning"] = reasoning
         rendered.append(item)
     return rendered
 
@@ -81,6 +84,16 @@ def to_wire_logprobs(entries: list[protocol.TokenLogprob] | None) -> ChoiceLogpr
     )
 
 
+def reasoning_controls(request: ChatCompletionRequest) -> dict[str, Any]:
+    """The top-level reasoning fields the client set; the engine's family reads them."""
+    fields = {
+        "thinking": request.thinking,
+        "enable_thinking": request.enable_thinking,
+        "reasoning_effort": request.reasoning_effort,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
 def engine_request(engine: Engine, request: ChatCompletionRequest) -> GenerateRequest:
     check_model(engine, request.model)
     max_tokens = request.max_completion_tokens or request.max_tokens
@@ -92,15 +105,20 @@ def engine_request(engine: Engine, request: ChatCompletionRequest) -> GenerateRe
         request_id=f"chatcmpl-{uuid.uuid4().hex}",
         sampling=sampling_options(request, max_tokens=max_tokens, logprobs=logprobs),
         messages=messages_for_template(request.messages),
+        template_kwargs=dict(request.chat_template_kwargs or {}),
+        reasoning_controls=reasoning_controls(request),
         **tool_fields(request),
     )
 
 
-def _message(text: str, collector: ToolCallCollector) -> ResponseMessage:
+def _message(text: str, reasoning: list[str], collector: ToolCallCollector) -> ResponseMessage:
     tool_calls = collector.calls()
-    if not tool_calls:
-        return ResponseMessage(content=text)
-    return ResponseMessage(content=text or None, tool_calls=tool_calls)
+    message = ResponseMessage(content=text or None if tool_calls else text)
+    if tool_calls:
+        message.tool_calls = tool_calls
+    if reasoning:
+        message.reasoning = "".join(reasoning)
+    return message
 
 
 class ChatService:
@@ -112,6 +130,7 @@ class ChatService:
         texts: dict[int, list[str]] = {i: [] for i in range(request.n)}
         logprobs: dict[int, list[protocol.TokenLogprob]] = {i: [] for i in range(request.n)}
         calls = {i: ToolCallCollector() for i in range(request.n)}
+        reasoning: dict[int, list[str]] = {i: [] for i in range(request.n)}
         finish: dict[int, str | None] = {}
         completion_tokens = prompt_tokens = 0
         async for output in self._engine.generate(generate):
@@ -123,13 +142,15 @@ class ChatService:
                     logprobs[delta.index].extend(delta.logprobs)
                 if delta.tool_calls:
                     calls[delta.index].add(delta.tool_calls)
+                if delta.reasoning:
+                    reasoning[delta.index].append(delta.reasoning)
                 if delta.finish_reason is not None:
                     finish[delta.index] = delta.finish_reason
         wants_logprobs = generate.sampling.logprobs is not None
         choices = [
             Choice(
                 index=index,
-                message=_message("".join(parts), calls[index]),
+                message=_message("".join(parts), reasoning[index], calls[index]),
                 logprobs=to_wire_logprobs(logprobs[index]) if wants_logprobs else None,
                 finish_reason=finish.get(index),
             )
@@ -171,13 +192,22 @@ class ChunkWriter:
             if delta.index not in self._started:
                 self._started.add(delta.index)
                 role = "assistant"
-            if not (delta.text or role or delta.finish_reason or delta.tool_calls):
+            if not (
+                delta.text or delta.reasoning or role or delta.finish_reason or delta.tool_calls
+            ):
                 continue
             tool_calls = wire_deltas(delta.tool_calls) if delta.tool_calls else None
-            content = delta.text if delta.text or (role and not tool_calls) else None
+            # The first chunk carries content "" with the role, unless it carries
+            # reasoning or a tool call instead.
+            first_content = role is not None and not (delta.reasoning or tool_calls)
             choice = ChunkChoice(
                 index=delta.index,
-                delta=Delta(role=role, content=content, tool_calls=tool_calls),
+                delta=Delta(
+                    role=role,
+                    content=delta.text if delta.text or first_content else None,
+                    reasoning=delta.reasoning or None,
+                    tool_calls=tool_calls,
+                ),
                 logprobs=to_wire_logprobs(delta.logprobs),
                 finish_reason=delta.finish_reason,
             )
