@@ -17,10 +17,13 @@ from app.errors import exception_handlers
 from app.metrics import build_registry
 from app.routes.admin import admission_drain, admission_resume, admission_status
 from app.routes.chat import create_chat_completion
+from app.routes.completions import create_completion
 from app.routes.health import health, metrics
 from app.routes.models import list_models
+from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
 from app.services.chat import ChatService
+from app.services.completions import CompletionService
 from app.settings import Settings
 from engine.admission_runtime import AdmissionController, AdmittedEngine
 from engine.gpu import Probe
@@ -31,11 +34,17 @@ log = logging.getLogger("lilac.app")
 
 def build_engine(settings: Settings) -> Engine:
     """The vLLM engine the settings describe, with CPU defaults when there is no GPU."""
+    from engine.families import get as get_family
     from engine.models import resolve_model
     from engine.templates import load_template_file
     from engine.vllm_engine import EngineConfig, VLLMEngine
 
     model_path, default_name = resolve_model(settings.model)
+    if settings.family is not None:
+        try:
+            get_family(settings.family)
+        except ValueError as exc:  # before minutes of loading, not after
+            raise SystemExit(f"--family: {exc}") from exc
     on_gpu = settings.on_gpu
     if not on_gpu:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
@@ -53,6 +62,7 @@ def build_engine(settings: Settings) -> Engine:
         chat_template=load_template_file(settings.chat_template)
         if settings.chat_template
         else None,
+        family=settings.family,
         enable_sleep_mode=on_gpu and settings.release_memory,
     )
     return VLLMEngine(config)
@@ -71,6 +81,7 @@ def create_app(
     settings = settings or Settings()
     engine = engine or build_engine(settings)
     admission = build_controller(settings, engine, probe)
+    admitted = AdmittedEngine(engine, admission)  # every generation passes admission
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -90,7 +101,8 @@ def create_app(
         {
             "engine": engine,
             "admission": admission,
-            "chat": ChatService(AdmittedEngine(engine, admission)),
+            "chat": ChatService(admitted),
+            "completions": CompletionService(admitted),
             "encoder": msgspec.json.Encoder(),
             "metrics": build_registry(engine),
             "settings": settings,
@@ -99,6 +111,9 @@ def create_app(
     return Litestar(
         route_handlers=[
             create_chat_completion,
+            create_completion,
+            tokenize,
+            detokenize,
             list_models,
             health,
             metrics,

@@ -30,6 +30,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     gpu_memory_utilization: float = 0.9
     cpu_kvcache_space_gib: int = 2
     chat_template: str | None = None
+    family: str | None = None  # None: detected from the model
     seed: int = 0
     log_level: str = "info"
     config: str | None = None  # TOML file; its [admission] table holds admission settings
@@ -97,6 +98,12 @@ _FLAGS: list[tuple[str, type | object, str]] = [
     ("gpu-memory-utilization", float, "fraction of accelerator memory vLLM may use (default 0.9)"),
     ("cpu-kvcache-space-gib", int, "KV cache size on CPU, GiB (default 2)"),
     ("chat-template", str, "Jinja chat-template file overriding the model's"),
+    (
+        "family",
+        str,
+        "model family (template, thinking toggle, reasoning parser): smollm2, kimi_k2, "
+        "glm45, gemma4, minimax_m3 (default: detected from the model)",
+    ),
     ("seed", int, "engine random seed (default 0)"),
     ("log-level", str, "debug, info, warning or error (default info)"),
     ("config", str, "TOML file whose [admission] table sets the admission flags below"),

@@ -35,16 +35,17 @@ def estimate_tokens(
     prompt: str | None,
     max_tokens: int | None,
     max_model_len: int,
+    n: int = 1,
 ) -> int:
-    """Prompt plus output budget, in tokens, without tokenizing (the engine does that
-    later). Without `max_tokens` a request may use the rest of the context."""
+    """Prompt plus the output budget of each of `n` choices, in tokens, without
+    tokenizing (the engine does that later). Without `max_tokens` a choice may use the
+    rest of the context. The prompt's KV blocks are shared by the choices."""
     chars = len(prompt or "")
     for message in messages or ():
         chars += len(str(message.get("content") or "")) + TOKENS_PER_MESSAGE * CHARS_PER_TOKEN
     prompt_tokens = -(-chars // CHARS_PER_TOKEN)
-    if max_tokens is not None:
-        return prompt_tokens + max_tokens
-    return max(prompt_tokens, max_model_len) if max_model_len else prompt_tokens
+    output = max_tokens if max_tokens is not None else max(0, max_model_len - prompt_tokens)
+    return prompt_tokens + n * output
 
 
 class AdmissionQueue:

@@ -360,6 +360,24 @@ class AdmittedEngine:
     async def abort(self, request_id: str) -> None:
         await self.inner.abort(request_id)
 
+    def tokenize(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        add_special_tokens: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        return self.inner.tokenize(
+            prompt=prompt,
+            messages=messages,
+            add_special_tokens=add_special_tokens,
+            add_generation_prompt=add_generation_prompt,
+        )
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return self.inner.detokenize(token_ids)
+
     async def pause(self) -> None:
         await self.inner.pause()
 
@@ -377,8 +395,9 @@ class AdmittedEngine:
             raise EngineUnavailable("The model is still loading.")
         model = self.inner.model
         self.controller.use_model(model)
+        sampling = request.sampling
         tokens = estimate_tokens(
-            request.messages, request.prompt, request.sampling.max_tokens, model.max_model_len
+            request.messages, request.prompt, sampling.max_tokens, model.max_model_len, sampling.n
         )
         client = request.client or "anonymous"
         lease = await self.controller.acquire(client, request.priority, tokens, request.request_id)

@@ -1,6 +1,6 @@
 """The engine boundary: what the HTTP side may ask of a model, and what comes back.
 
-Kept deliberately small (generate, abort, health, model info), the way httpx keeps
+Kept deliberately small (generate, abort, tokenize, health, model info), the way httpx keeps
 its transport to one method. `engine.vllm_engine` implements it with vLLM;
 `engine.scripted` implements it with canned tokens for fast tests and benchmarks.
 """
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 @dataclass(slots=True)
@@ -21,10 +21,39 @@ class SamplingOptions:
     max_tokens: int | None = None  # None: the rest of the context
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = -1  # -1 (or 0): disabled
+    min_p: float = 0.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    include_stop_str_in_output: bool = False
     n: int = 1
     ignore_eos: bool = False
+    min_tokens: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    logprobs: int | None = None  # None: no logprobs; k: the sampled token and the top k
+    prompt_logprobs: int | None = None  # for `echo` with logprobs in /v1/completions
+    skip_special_tokens: bool = True
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A piece of one tool call: id and name come first, arguments in pieces."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(slots=True)
+class StructuredOutput:
+    """response_format: `json_object` (schema None) or `json_schema` (schema given)."""
+
+    schema: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -35,10 +64,33 @@ class GenerateRequest:
     sampling: SamplingOptions
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # `chat_template_kwargs`
+    # Top-level reasoning fields the client set (`thinking`, `enable_thinking`,
+    # `reasoning_effort`); the model's family decides what they mean.
+    reasoning_controls: dict[str, Any] = field(default_factory=dict)
+    # OpenAI-shaped tool definitions; rendered by the template and parsed from the output.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    response_format: StructuredOutput | None = None
     # For admission (engine.admission_runtime): fairness key and priority (lower: sooner).
     client: str | None = None
     priority: int = 0
+
+
+@dataclass(slots=True)
+class TopLogprob:
+    token: str
+    logprob: float
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """One generated (or prompt) token with its log probability and the best alternatives."""
+
+    token: str
+    logprob: float
+    top: list[TopLogprob]
 
 
 @dataclass(slots=True)
@@ -46,9 +98,12 @@ class ChoiceDelta:
     """New output of one choice since the previous `GenerateOutput`."""
 
     index: int
-    text: str
-    token_count: int
+    text: str  # content; never chain of thought
+    token_count: int  # all generated tokens, reasoning included
     finish_reason: FinishReason | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per new token, when asked for
+    tool_calls: list[ToolCallDelta] | None = None
+    reasoning: str = ""  # chain of thought, split from the output by the family's parser
 
 
 @dataclass(slots=True)
@@ -57,6 +112,9 @@ class GenerateOutput:
 
     prompt_tokens: int
     choices: list[ChoiceDelta]
+    # With `prompt_logprobs`, on the first output only: one entry per prompt token
+    # (None for the first, which has nothing to be predicted from).
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +125,9 @@ class ModelInfo:
     max_model_len: int
     created: int
     root: str  # where the weights came from: a folder or a Hugging Face id
+    vocab_size: int = 0
+    family: str | None = None  # the model family it is bound to (engine.families)
+    reasons_by_default: bool = False  # thinks unless the request turns reasoning off
     kv_cache_tokens: int = 0  # tokens the KV cache holds; 0: unknown
 
     @property
@@ -96,6 +157,18 @@ class Engine(Protocol):
         before the first output. Closing or cancelling the iterator aborts the request."""
 
     async def abort(self, request_id: str) -> None: ...
+
+    def tokenize(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        add_special_tokens: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """Token ids of a raw prompt, or of messages rendered by the chat template."""
+
+    def detokenize(self, token_ids: list[int]) -> str: ...
 
     # Yielding the GPU to its owner (engine.admission_runtime).
 

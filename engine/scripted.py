@@ -9,9 +9,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from engine.errors import ContextLengthExceeded, EngineUnavailable
-from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ModelInfo
+from engine.protocol import (
+    ChoiceDelta,
+    GenerateOutput,
+    GenerateRequest,
+    ModelInfo,
+    TokenLogprob,
+    TopLogprob,
+)
 
 
 class ScriptedEngine:
@@ -28,7 +36,11 @@ class ScriptedEngine:
         self.tokens = list(tokens)
         self.token_delay_s = token_delay_s
         self._model = ModelInfo(
-            served_names, max_model_len, int(time.time()), "scripted", kv_cache_tokens
+            served_names,
+            max_model_len,
+            int(time.time()),
+            "scripted",
+            kv_cache_tokens=kv_cache_tokens,
         )
         self._ready = ready
         self.running: set[str] = set()
@@ -60,6 +72,22 @@ class ScriptedEngine:
         if request_id in self.running:
             self.running.discard(request_id)
             self.aborted.append(request_id)
+
+    def tokenize(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        add_special_tokens: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """One token per word; a word's id is its length (enough for the HTTP layer)."""
+        if messages is not None:
+            prompt = " ".join(str(m.get("content", "")) for m in messages)
+        return [len(word) for word in (prompt or "").split()]
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return " ".join("x" * token_id for token_id in token_ids)
 
     async def pause(self) -> None:
         # As vLLM's pause in "abort" mode: running requests end, new ones wait.
@@ -115,9 +143,16 @@ class ScriptedEngine:
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=[
-                        ChoiceDelta(index=i, text=token, token_count=1, finish_reason=finish)
+                        ChoiceDelta(
+                            index=i,
+                            text=token,
+                            token_count=1,
+                            finish_reason=finish,
+                            logprobs=_logprobs(token, request.sampling.logprobs),
+                        )
                         for i in range(request.sampling.n)
                     ],
+                    prompt_logprobs=_prompt_logprobs(request, position),
                 )
             finished = True
         finally:
@@ -127,3 +162,19 @@ class ScriptedEngine:
 
     def _cycled(self, count: int) -> list[str]:
         return [self.tokens[i % len(self.tokens)] for i in range(count)]
+
+
+def _logprobs(token: str, top_k: int | None) -> list[TokenLogprob] | None:
+    if top_k is None:
+        return None
+    alternatives = [TopLogprob(token, -0.5)] + [
+        TopLogprob(f"alt{i}", -1.0 - i) for i in range(1, top_k)
+    ]
+    return [TokenLogprob(token=token, logprob=-0.5, top=alternatives[:top_k])]
+
+
+def _prompt_logprobs(request: GenerateRequest, position: int) -> list[TokenLogprob | None] | None:
+    if position != 0 or request.sampling.prompt_logprobs is None:
+        return None
+    words = (request.prompt or "").split()
+    return [None] + [TokenLogprob(token=" " + w, logprob=-2.0, top=[]) for w in words[1:]]

@@ -6,7 +6,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextlib import aclosing
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.errors import (
@@ -15,8 +16,20 @@ from engine.errors import (
     EngineRequestError,
     EngineUnavailable,
 )
-from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ModelInfo
-from engine.templates import render_chat
+from engine.families import Family, for_model
+from engine.logprobs import convert_prompt_logprobs, convert_sample_logprobs
+from engine.parsing import OutputParsing, RequestParsing
+from engine.protocol import (
+    ChoiceDelta,
+    GenerateOutput,
+    GenerateRequest,
+    ModelInfo,
+    SamplingOptions,
+)
+from engine.streams import merge
+from engine.structured import constraint_for
+from engine.templates import load_template_file, render_chat
+from engine.tool_calls import ToolCallStream, ToolRequest
 
 log = logging.getLogger("lilac.engine")
 
@@ -33,9 +46,16 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     seed: int = 0
-    chat_template: str | None = None  # template text overriding the tokenizer's
+    chat_template: str | None = None  # template text overriding the family's and tokenizer's
+    family: str | None = None  # `--family`; None: detected from the model (engine.families)
+    # vLLM tool-parser name of the model's call format; None: the family's (else hermes).
+    tool_parser: str | None = None
     # vLLM's sleep mode (GPU only): lets a yielded engine free its GPU memory.
     enable_sleep_mode: bool = False
+
+    @property
+    def family_record(self) -> Family | None:
+        return for_model(self.model, self.family)
 
 
 class VLLMEngine:
@@ -47,6 +67,8 @@ class VLLMEngine:
         self._special_tokens: dict[str, str] = {}
         self._model: ModelInfo | None = None
         self._build: asyncio.Future[Any] | None = None
+        self._parsing = OutputParsing(None, None)
+        self._tool_parser = "hermes"
 
     @property
     def model(self) -> ModelInfo:
@@ -61,9 +83,6 @@ class VLLMEngine:
         self._build = asyncio.ensure_future(asyncio.to_thread(_build_async_llm, self._config))
         llm = await asyncio.shield(self._build)
         self._tokenizer = llm.get_tokenizer()
-        self._template = self._config.chat_template or self._tokenizer.chat_template
-        if not self._template:
-            raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
         self._special_tokens = {
             "bos_token": self._tokenizer.bos_token or "",
             "eos_token": self._tokenizer.eos_token or "",
@@ -74,9 +93,33 @@ class VLLMEngine:
             max_model_len=model_config.max_model_len,
             created=int(time.time()),
             root=self._config.model,
+            vocab_size=model_config.get_vocab_size(),
             kv_cache_tokens=_kv_cache_tokens(llm),
         )
+        self.bind_family(self._config.family_record, self._config.chat_template)
         self._llm = llm
+
+    def bind_family(self, family: Family | None, chat_template: str | None = None) -> None:
+        """Bind the served model to `family`: its template (unless `chat_template`
+        overrides it), its output parsing and its tool-call format. Done at start; tests
+        rebind one checkpoint to several families. vLLM's structured-output gate keeps
+        the reasoning parser the engine was built with (EngineConfig.family)."""
+        template = chat_template
+        if template is None and family is not None:
+            template = load_template_file(family.template)
+        template = template or self._tokenizer.chat_template
+        if not template:
+            raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
+        self._template = template
+        self._parsing = OutputParsing(family, self._tokenizer)
+        family_parser = family.tool_parser if family else None
+        self._tool_parser = self._config.tool_parser or family_parser or "hermes"
+        if self._model is not None:
+            self._model = replace(
+                self._model,
+                family=family.name if family else None,
+                reasons_by_default=family.reasons_by_default if family else False,
+            )
 
     async def shutdown(self) -> None:
         llm, self._llm = self._llm, None
@@ -126,11 +169,14 @@ class VLLMEngine:
 
     def _prompt_token_ids(self, request: GenerateRequest) -> list[int]:
         if request.messages is not None:
+            kwargs = dict(request.template_kwargs)
+            if request.tools and request.tool_choice != "none":
+                kwargs["tools"] = request.tools
             text = render_chat(
                 self._template or "",
                 request.messages,
                 special_tokens=self._special_tokens,
-                template_kwargs=request.template_kwargs,
+                template_kwargs=kwargs,
             )
             # The template already wrote the special tokens.
             return self._tokenizer.encode(text, add_special_tokens=False)
@@ -147,29 +193,125 @@ class VLLMEngine:
             raise ContextLengthExceeded(prompt_tokens, requested, limit)
         return requested
 
+    def tokenize(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        add_special_tokens: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        if not self.is_ready():
+            raise EngineUnavailable("The model is still loading.")
+        if messages is not None:
+            text = render_chat(
+                self._template or "",
+                messages,
+                add_generation_prompt=add_generation_prompt,
+                special_tokens=self._special_tokens,
+            )
+            return self._tokenizer.encode(text, add_special_tokens=False)
+        return self._tokenizer.encode(prompt or "", add_special_tokens=add_special_tokens)
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        if not self.is_ready():
+            raise EngineUnavailable("The model is still loading.")
+        _check_token_ids(token_ids, self.model.vocab_size, "tokens")
+        return self._tokenizer.decode(token_ids)
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
         if not self.is_ready():
             raise EngineUnavailable("The model is still loading.")
+        sampling = request.sampling
+        _check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
+        _check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
+        request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
+        constraint = constraint_for(request, self._tool_parser)
+        prompt_ids = self._prompt_token_ids(request)
+        parsing.prompt_token_ids = prompt_ids
+        max_tokens = self._output_budget(len(prompt_ids), sampling.max_tokens)
+        if sampling.n > 1 and sampling.temperature == 0:
+            # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
+            single = replace(sampling, n=1)
+            streams = [
+                self._stream(
+                    request,
+                    prompt_ids,
+                    _Plan(single, max_tokens, f"{request.request_id}-{i}", constraint),
+                    # each stream's choice 0 is its own: its own reasoning splitter
+                    RequestParsing(parsing.parsing, parsing.settings, prompt_ids),
+                )
+                for i in range(sampling.n)
+            ]
+            async with aclosing(merge(streams)) as merged:
+                async for position, output in merged:
+                    for choice in output.choices:
+                        choice.index = position
+                    yield output
+            return
+        # aclosing: closing this generator must close (and so abort) the inner one at once.
+        plan = _Plan(sampling, max_tokens, request.request_id, constraint)
+        stream = self._stream(request, prompt_ids, plan, parsing)
+        async with aclosing(stream) as outputs:
+            async for output in outputs:
+                yield output
+
+    def _tool_request(self, request: GenerateRequest) -> ToolRequest | None:
+        if not request.tools or request.tool_choice == "none":
+            return None
+        return ToolRequest(request.tools, request.tool_choice, request.parallel_tool_calls)
+
+    async def _stream(
+        self,
+        request: GenerateRequest,
+        prompt_ids: list[int],
+        plan: _Plan,
+        parsing: RequestParsing,
+    ) -> AsyncIterator[GenerateOutput]:
         from engine.sampling import to_sampling_params
 
-        prompt_ids = self._prompt_token_ids(request)
-        max_tokens = self._output_budget(len(prompt_ids), request.sampling.max_tokens)
-        params = to_sampling_params(request.sampling, max_tokens)
+        sampling = plan.sampling
+        try:
+            params = to_sampling_params(sampling, plan.max_tokens)
+        except ValueError as exc:  # vLLM's own parameter checks
+            raise EngineRequestError(str(exc)) from exc
+        params.structured_outputs = plan.constraint
+        reasoning_ended = self._constrain(request, params)
+        tools = self._tool_request(request)
+        parsers: dict[int, ToolCallStream] = {}
+        top_k = sampling.logprobs or 0
         prompt_tokens = len(prompt_ids)
-        stream = self._llm.generate({"prompt_token_ids": prompt_ids}, params, request.request_id)
+        first = True
+        stream = self._llm.generate(
+            {"prompt_token_ids": prompt_ids},
+            params,
+            plan.request_id,
+            reasoning_ended=reasoning_ended,
+            **parsing.engine_kwargs,
+        )
         try:
             async for output in stream:
+                prompt_logprobs = None
+                if first and sampling.prompt_logprobs is not None:
+                    prompt_logprobs = convert_prompt_logprobs(
+                        prompt_ids, output.prompt_logprobs, sampling.prompt_logprobs
+                    )
+                first = False
+                choices = [
+                    parsing.apply(_choice_delta(completion, top_k), completion.token_ids)
+                    for completion in output.outputs
+                ]
+                if tools is not None:
+                    for choice, completion in zip(choices, output.outputs, strict=True):
+                        parser = parsers.get(choice.index)
+                        if parser is None:
+                            parser = ToolCallStream(self._tool_parser, tools, self._tokenizer)
+                            parsers[choice.index] = parser
+                        _parse_tool_calls(choice, completion.token_ids, parser)
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
-                    choices=[
-                        ChoiceDelta(
-                            index=completion.index,
-                            text=completion.text,
-                            token_count=len(completion.token_ids),
-                            finish_reason=_finish_reason(completion.finish_reason),
-                        )
-                        for completion in output.outputs
-                    ],
+                    choices=choices,
+                    prompt_logprobs=prompt_logprobs,
                 )
         except ValueError as exc:  # vLLM's input validation
             raise EngineRequestError(str(exc)) from exc
@@ -180,13 +322,60 @@ class VLLMEngine:
             # request in the engine core. A no-op when it already finished.
             await stream.aclose()
 
+    def _constrain(self, request: GenerateRequest, params: Any) -> bool | None:
+        """A hook on vLLM's `params` before submission; returns whether reasoning has
+        already ended (None: vLLM's gate decides from the prompt and the family's parser).
+        The family tests override it to make SmolLM2 write a family's reasoning markers."""
+        return None
 
-def _build_async_llm(config: EngineConfig) -> Any:
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one engine-core request runs with."""
+
+    sampling: SamplingOptions
+    max_tokens: int
+    request_id: str
+    constraint: Any  # vLLM StructuredOutputsParams, or None
+
+
+def _choice_delta(completion: Any, top_k: int) -> ChoiceDelta:
+    return ChoiceDelta(
+        index=completion.index,
+        text=completion.text,
+        token_count=len(completion.token_ids),
+        finish_reason=_finish_reason(completion.finish_reason),
+        logprobs=convert_sample_logprobs(completion.token_ids, completion.logprobs, top_k),
+    )
+
+
+def _parse_tool_calls(choice: ChoiceDelta, token_ids: Any, parser: ToolCallStream) -> None:
+    """Move the choice's text through the tool-call parser: content stays, calls split off."""
+    content, calls = parser.feed(choice.text, list(token_ids))
+    if choice.finish_reason is not None:
+        calls.extend(parser.finish())
+        if parser.called and choice.finish_reason == "stop":
+            choice.finish_reason = "tool_calls"
+    choice.text = content
+    choice.tool_calls = calls or None
+
+
+def _check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
+    for token_id in token_ids:
+        if not 0 <= token_id < vocab_size:
+            raise EngineRequestError(
+                f"Token id {token_id} is outside the model's vocabulary (0..{vocab_size - 1}).",
+                param=param,
+            )
+
+
+def engine_args(config: EngineConfig) -> Any:
+    """vLLM's engine arguments. The family's reasoning parser goes to the structured-output
+    config, so a grammar (json_schema, a tool call) applies only once reasoning ends."""
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.usage.usage_lib import UsageContext
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    args = AsyncEngineArgs(
+    family = config.family_record
+    return AsyncEngineArgs(
         model=config.model,
         served_model_name=list(config.served_names),
         dtype=config.dtype,
@@ -197,8 +386,19 @@ def _build_async_llm(config: EngineConfig) -> Any:
         seed=config.seed,
         disable_log_stats=True,
         enable_sleep_mode=config.enable_sleep_mode,
+        # xgrammar, and no free whitespace inside JSON: where small models loop.
+        structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+        reasoning_parser=(family.reasoning_parser if family else None) or "",
     )
-    return AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER)
+
+
+def _build_async_llm(config: EngineConfig) -> Any:
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(
+        engine_args(config), usage_context=UsageContext.OPENAI_API_SERVER
+    )
 
 
 def _kv_cache_tokens(llm: Any) -> int:

@@ -18,6 +18,8 @@ async def list_models(request: Request) -> ModelList:
                 owned_by="lilac",
                 root=info.root,
                 max_model_len=info.max_model_len,
+                family=info.family,
+                reasons_by_default=info.reasons_by_default,
             )
             for name in info.served_names
         ]

@@ -7,10 +7,13 @@ official SDKs send extras. Bounds live in `Meta` so that a violation becomes a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
+
+from app.schemas.sampling import PositiveInt, SamplingFields
+from app.schemas.tools import ResponseFormat, Tool, ToolCall, ToolCallDelta, ToolChoice
 
 # ---------------------------------------------------------------- request
 
@@ -41,6 +44,8 @@ class UserMessage(Struct, tag_field="role", tag="user"):
 class AssistantMessage(Struct, tag_field="role", tag="assistant"):
     content: Content | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    reasoning: str | None = None  # a past turn's chain of thought, for templates that keep it
 
 
 class ToolMessage(Struct, tag_field="role", tag="tool"):
@@ -51,34 +56,23 @@ class ToolMessage(Struct, tag_field="role", tag="tool"):
 Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
 
 
-class StreamOptions(Struct):
-    include_usage: bool = False
-
-
-Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
-TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
-PositiveInt = Annotated[int, Meta(ge=1)]
-StopString = Annotated[str, Meta(min_length=1)]
-Stop = StopString | Annotated[list[StopString], Meta(max_length=4)]
-
-
-class ChatCompletionRequest(Struct, kw_only=True):
-    model: str
+class ChatCompletionRequest(SamplingFields, kw_only=True):
     messages: Annotated[list[Message], Meta(min_length=1)]
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
     max_tokens: PositiveInt | None = None
+    # Wins over max_tokens when both are given (it bounds reasoning tokens too).
     max_completion_tokens: PositiveInt | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    stop: Stop | None = None
-    seed: int | None = None
-    n: Annotated[int, Meta(ge=1, le=1)] = 1
-    user: str | None = None
-    # Admission order (vLLM's convention): lower runs sooner; ties go to fairness.
-    priority: int = 0
-    # vLLM extension used by benchmark clients: generate exactly max_tokens.
-    ignore_eos: bool = False
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    # Reasoning controls. Their meaning (and allowed values) depends on the model's
+    # family (engine.families): the engine validates them, and a bad value is a 400.
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    thinking: bool | None = None
+    enable_thinking: bool | None = None
 
 
 # ---------------------------------------------------------------- response
@@ -90,16 +84,37 @@ class Usage(Struct):
     total_tokens: int
 
 
+class TopLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(Struct):
+    content: list[TokenLogprob] | None
+    refusal: None = None
+
+
 class ResponseMessage(Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: None = None
+    tool_calls: list[ToolCall] | UnsetType = UNSET
+    # Chain of thought, apart from `content`; omitted for models that did not reason.
+    reasoning: str | UnsetType = UNSET
 
 
 class Choice(Struct, kw_only=True):
     index: int
     message: ResponseMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None
 
 
@@ -119,12 +134,14 @@ class ChatCompletion(Struct, kw_only=True):
 class Delta(Struct, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+    reasoning: str | None = None
 
 
 class ChunkChoice(Struct, kw_only=True):
     index: int
     delta: Delta
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
 
 

@@ -13,6 +13,8 @@ class ModelCard(Struct):
     owned_by: str
     root: str
     max_model_len: int
+    family: str | None = None  # the model family it is bound to (engine.families)
+    reasons_by_default: bool = False  # thinks unless the request turns reasoning off
     object: Literal["model"] = "model"
 
 

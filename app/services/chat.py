@@ -2,29 +2,38 @@
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from app.errors import InvalidRequest, ModelNotFound, to_api_error
+from app.errors import InvalidRequest
 from app.schemas.chat import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
     Choice,
+    ChoiceLogprobs,
     ChunkChoice,
     Content,
     Delta,
     Message,
     ResponseMessage,
+    TokenLogprob,
+    TopLogprob,
     Usage,
 )
-from app.sse import DONE, error_frame, frame
-from engine.protocol import Engine, GenerateOutput, GenerateRequest, SamplingOptions
-
-log = logging.getLogger("lilac.chat")
+from app.services.sampling import check_common, check_model, sampling_options
+from app.services.streaming import open_sse
+from app.services.tools import (
+    ToolCallCollector,
+    template_tool_calls,
+    tool_fields,
+    wire_deltas,
+)
+from app.sse import frame
+from engine import protocol
+from engine.protocol import Engine, GenerateOutput, GenerateRequest
 
 
 def _text(content: Content | None) -> str:
@@ -46,76 +55,116 @@ def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
         tool_call_id = getattr(message, "tool_call_id", None)
         if tool_call_id is not None:
             item["tool_call_id"] = tool_call_id
+        tool_calls = getattr(message, "tool_calls", None)
+        if tool_calls:
+            item["tool_calls"] = template_tool_calls(tool_calls)
+        reasoning = getattr(message, "reasoning", None)
+        if reasoning is not None:
+            item["reasoning"] = reasoning
         rendered.append(item)
     return rendered
 
 
-def sampling_options(request: ChatCompletionRequest) -> SamplingOptions:
-    stop = request.stop
-    if stop is None:
-        stop_list: list[str] = []
-    elif isinstance(stop, str):
-        stop_list = [stop]
-    else:
-        stop_list = list(stop)
-    max_tokens = request.max_completion_tokens or request.max_tokens
-    return SamplingOptions(
-        max_tokens=max_tokens,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        seed=request.seed,
-        stop=stop_list,
-        n=request.n,
-        ignore_eos=request.ignore_eos,
+def to_wire_logprobs(entries: list[protocol.TokenLogprob] | None) -> ChoiceLogprobs | None:
+    if entries is None:
+        return None
+    return ChoiceLogprobs(
+        content=[
+            TokenLogprob(
+                token=entry.token,
+                logprob=entry.logprob,
+                bytes=list(entry.token.encode()),
+                top_logprobs=[
+                    TopLogprob(token=top.token, logprob=top.logprob, bytes=list(top.token.encode()))
+                    for top in entry.top
+                ],
+            )
+            for entry in entries
+        ]
     )
+
+
+def reasoning_controls(request: ChatCompletionRequest) -> dict[str, Any]:
+    """The top-level reasoning fields the client set; the engine's family reads them."""
+    fields = {
+        "thinking": request.thinking,
+        "enable_thinking": request.enable_thinking,
+        "reasoning_effort": request.reasoning_effort,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def engine_request(
+    engine: Engine, request: ChatCompletionRequest, client: str | None = None
+) -> GenerateRequest:
+    """`client` is whom admission's fairness counts the request against."""
+    check_model(engine, request.model)
+    max_tokens = request.max_completion_tokens or request.max_tokens
+    check_common(request, max_tokens)
+    if request.top_logprobs is not None and not request.logprobs:
+        raise InvalidRequest("`top_logprobs` requires `logprobs: true`.", param="top_logprobs")
+    logprobs = (request.top_logprobs or 0) if request.logprobs else None
+    return GenerateRequest(
+        request_id=f"chatcmpl-{uuid.uuid4().hex}",
+        sampling=sampling_options(request, max_tokens=max_tokens, logprobs=logprobs),
+        messages=messages_for_template(request.messages),
+        template_kwargs=dict(request.chat_template_kwargs or {}),
+        reasoning_controls=reasoning_controls(request),
+        **tool_fields(request),
+        client=client,
+        priority=request.priority,
+    )
+
+
+def _message(text: str, reasoning: list[str], collector: ToolCallCollector) -> ResponseMessage:
+    tool_calls = collector.calls()
+    message = ResponseMessage(content=text or None if tool_calls else text)
+    if tool_calls:
+        message.tool_calls = tool_calls
+    if reasoning:
+        message.reasoning = "".join(reasoning)
+    return message
 
 
 class ChatService:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def _engine_request(
-        self, request: ChatCompletionRequest, client: str | None = None
-    ) -> GenerateRequest:
-        if request.model not in self._engine.model.served_names:
-            raise ModelNotFound(request.model)
-        if request.stream_options is not None and not request.stream:
-            raise InvalidRequest(
-                "`stream_options` is only allowed when `stream` is true.", param="stream_options"
-            )
-        return GenerateRequest(
-            request_id=f"chatcmpl-{uuid.uuid4().hex}",
-            sampling=sampling_options(request),
-            messages=messages_for_template(request.messages),
-            client=client,
-            priority=request.priority,
-        )
-
     async def complete(
         self, request: ChatCompletionRequest, client: str | None = None
     ) -> ChatCompletion:
-        engine_request = self._engine_request(request, client)
-        texts: dict[int, list[str]] = {}
+        generate = engine_request(self._engine, request, client)
+        texts: dict[int, list[str]] = {i: [] for i in range(request.n)}
+        logprobs: dict[int, list[protocol.TokenLogprob]] = {i: [] for i in range(request.n)}
+        calls = {i: ToolCallCollector() for i in range(request.n)}
+        reasoning: dict[int, list[str]] = {i: [] for i in range(request.n)}
         finish: dict[int, str | None] = {}
-        completion_tokens = 0
-        prompt_tokens = 0
-        async for output in self._engine.generate(engine_request):
+        completion_tokens = prompt_tokens = 0
+        async for output in self._engine.generate(generate):
             prompt_tokens = output.prompt_tokens
             for delta in output.choices:
-                texts.setdefault(delta.index, []).append(delta.text)
+                texts[delta.index].append(delta.text)
                 completion_tokens += delta.token_count
+                if delta.logprobs:
+                    logprobs[delta.index].extend(delta.logprobs)
+                if delta.tool_calls:
+                    calls[delta.index].add(delta.tool_calls)
+                if delta.reasoning:
+                    reasoning[delta.index].append(delta.reasoning)
                 if delta.finish_reason is not None:
                     finish[delta.index] = delta.finish_reason
+        wants_logprobs = generate.sampling.logprobs is not None
         choices = [
             Choice(
                 index=index,
-                message=ResponseMessage(content="".join(parts)),
+                message=_message("".join(parts), reasoning[index], calls[index]),
+                logprobs=to_wire_logprobs(logprobs[index]) if wants_logprobs else None,
                 finish_reason=finish.get(index),
             )
-            for index, parts in sorted(texts.items())
+            for index, parts in texts.items()
         ]
         return ChatCompletion(
-            id=engine_request.request_id,
+            id=generate.request_id,
             created=int(time.time()),
             model=request.model,
             choices=choices,
@@ -125,21 +174,13 @@ class ChatService:
     async def open_stream(
         self, request: ChatCompletionRequest, client: str | None = None
     ) -> AsyncIterator[bytes]:
-        """Start generating and wait for the first output, so that any error of the request
-        is raised here (a 400 before the stream) rather than inside the stream."""
-        engine_request = self._engine_request(request, client)
-        outputs = self._engine.generate(engine_request)
-        try:
-            first = await anext(outputs)
-        except StopAsyncIteration:
-            first = None
-        except BaseException:
-            await outputs.aclose()
-            raise
-        return _StreamWriter(request, engine_request.request_id).frames(first, outputs)
+        """Errors of the request are raised here, before any byte of the stream."""
+        generate = engine_request(self._engine, request, client)
+        writer = ChunkWriter(request, generate.request_id)
+        return await open_sse(self._engine.generate(generate), writer)
 
 
-class _StreamWriter:
+class ChunkWriter:
     """Turns engine outputs into `chat.completion.chunk` SSE frames for one request."""
 
     def __init__(self, request: ChatCompletionRequest, request_id: str) -> None:
@@ -151,25 +192,7 @@ class _StreamWriter:
         self._prompt_tokens = 0
         self._completion_tokens = 0
 
-    async def frames(
-        self, first: GenerateOutput | None, outputs: AsyncIterator[GenerateOutput]
-    ) -> AsyncIterator[bytes]:
-        try:
-            if first is not None:
-                for chunk in self._chunks(first):
-                    yield chunk
-                async for output in outputs:
-                    for chunk in self._chunks(output):
-                        yield chunk
-            if self._include_usage:
-                yield self._usage_frame()
-        except Exception as exc:  # after the stream started: an error event, then [DONE]
-            yield error_frame(to_api_error(exc).body())
-        finally:
-            await outputs.aclose()  # type: ignore[attr-defined]
-        yield DONE
-
-    def _chunks(self, output: GenerateOutput) -> list[bytes]:
+    def frames(self, output: GenerateOutput) -> list[bytes]:
         self._prompt_tokens = output.prompt_tokens
         frames = []
         for delta in output.choices:
@@ -178,11 +201,23 @@ class _StreamWriter:
             if delta.index not in self._started:
                 self._started.add(delta.index)
                 role = "assistant"
-            if not delta.text and role is None and delta.finish_reason is None:
+            if not (
+                delta.text or delta.reasoning or role or delta.finish_reason or delta.tool_calls
+            ):
                 continue
+            tool_calls = wire_deltas(delta.tool_calls) if delta.tool_calls else None
+            # The first chunk carries content "" with the role, unless it carries
+            # reasoning or a tool call instead.
+            first_content = role is not None and not (delta.reasoning or tool_calls)
             choice = ChunkChoice(
                 index=delta.index,
-                delta=Delta(role=role, content=delta.text if delta.text or role else None),
+                delta=Delta(
+                    role=role,
+                    content=delta.text if delta.text or first_content else None,
+                    reasoning=delta.reasoning or None,
+                    tool_calls=tool_calls,
+                ),
+                logprobs=to_wire_logprobs(delta.logprobs),
                 finish_reason=delta.finish_reason,
             )
             chunk = ChatCompletionChunk(
@@ -193,7 +228,9 @@ class _StreamWriter:
             frames.append(frame(chunk))
         return frames
 
-    def _usage_frame(self) -> bytes:
+    def closing_frames(self) -> list[bytes]:
+        if not self._include_usage:
+            return []
         usage = Usage(
             self._prompt_tokens,
             self._completion_tokens,
@@ -202,4 +239,4 @@ class _StreamWriter:
         chunk = ChatCompletionChunk(
             id=self._id, created=self._created, model=self._model, choices=[], usage=usage
         )
-        return frame(chunk)
+        return [frame(chunk)]

@@ -38,3 +38,16 @@ def test_flag_wins_over_environment() -> None:
 def test_bad_environment_value_exits_with_its_name() -> None:
     with pytest.raises(SystemExit, match="LILAC_PORT"):
         parse([], {"LILAC_PORT": "eighty"})
+
+
+def test_family_from_flag_or_environment() -> None:
+    assert parse([], {}).family is None
+    assert parse([], {"LILAC_FAMILY": "glm45"}).family == "glm45"
+    assert parse(["--family", "gemma4"], {"LILAC_FAMILY": "glm45"}).family == "gemma4"
+
+
+def test_unknown_family_stops_before_loading() -> None:
+    from app.main import build_engine
+
+    with pytest.raises(SystemExit, match="known families"):
+        build_engine(Settings(model="/nonexistent", family="llama9"))

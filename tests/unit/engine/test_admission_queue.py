@@ -115,3 +115,4 @@ def test_estimate_tokens() -> None:
     # Without max_tokens the request may fill the rest of the context.
     assert estimate_tokens(messages, None, None, 2048) == 2048
     assert estimate_tokens(None, "abcd" * 10, 5, 2048) == 15
+    assert estimate_tokens(None, "abcd" * 10, 5, 2048, n=3) == 25  # the prompt is shared

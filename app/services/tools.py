@@ -1,0 +1,148 @@
+"""Checks and conversions of `tools`, `tool_choice` and `response_format` for the engine."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from app.errors import InvalidRequest
+from app.schemas.chat import ChatCompletionRequest
+from app.schemas.tools import (
+    FunctionCallDelta,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    NamedToolChoice,
+    ToolCall,
+    ToolCallDelta,
+)
+from engine import protocol
+from engine.errors import EngineRequestError
+from engine.structured import check_schema
+
+
+def _check_tools(request: ChatCompletionRequest) -> None:
+    tools = request.tools or []
+    names = [tool.function.name for tool in tools]
+    seen: set[str] = set()
+    for position, name in enumerate(names):
+        if name in seen:
+            raise InvalidRequest(
+                f"Duplicate function name `{name}` in `tools`.",
+                param=f"tools[{position}].function.name",
+            )
+        seen.add(name)
+    for position, tool in enumerate(tools):
+        if tool.function.parameters is not None:
+            _check_schema(tool.function.parameters, f"tools[{position}].function.parameters")
+    choice = request.tool_choice
+    if choice is not None and choice != "none" and not tools:
+        raise InvalidRequest(
+            "`tool_choice` needs at least one tool in `tools`.", param="tool_choice"
+        )
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in seen:
+        raise InvalidRequest(
+            f"`tool_choice` names `{choice.function.name}`, which is not in `tools`.",
+            param="tool_choice",
+        )
+
+
+def _check_schema(schema: dict[str, Any], param: str) -> None:
+    try:
+        check_schema(schema, param)
+    except EngineRequestError as exc:
+        raise InvalidRequest(exc.message, param=param) from None
+
+
+def tool_fields(request: ChatCompletionRequest) -> dict[str, Any]:
+    """GenerateRequest fields for the request's tools and response format (checked)."""
+    _check_tools(request)
+    fields: dict[str, Any] = {"parallel_tool_calls": request.parallel_tool_calls}
+    if request.tools:
+        fields["tools"] = [
+            {"type": "function", "function": _function_dict(tool.function)}
+            for tool in request.tools
+        ]
+        choice = request.tool_choice or "auto"
+        if isinstance(choice, NamedToolChoice):
+            choice = {"type": "function", "function": {"name": choice.function.name}}
+        fields["tool_choice"] = choice
+    response_format = request.response_format
+    if isinstance(response_format, JsonObjectFormat):
+        fields["response_format"] = protocol.StructuredOutput(schema=None)
+    elif isinstance(response_format, JsonSchemaFormat):
+        schema = response_format.json_schema.schema
+        if schema is None:
+            raise InvalidRequest(
+                "`response_format.json_schema.schema` is required.",
+                param="response_format.json_schema.schema",
+            )
+        _check_schema(schema, "response_format.json_schema.schema")
+        fields["response_format"] = protocol.StructuredOutput(schema=schema)
+    return fields
+
+
+def _function_dict(function: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": function.name}
+    if function.description is not None:
+        out["description"] = function.description
+    out["parameters"] = function.parameters or {"type": "object", "properties": {}}
+    if function.strict is not None:
+        out["strict"] = function.strict
+    return out
+
+
+def template_tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """Assistant tool calls as chat templates expect them (arguments as an object)."""
+    rendered = []
+    for call in calls:
+        try:
+            arguments: Any = json.loads(call.function.arguments)
+        except ValueError:
+            arguments = call.function.arguments
+        rendered.append(
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": arguments},
+            }
+        )
+    return rendered
+
+
+def wire_deltas(deltas: list[protocol.ToolCallDelta]) -> list[ToolCallDelta]:
+    return [
+        ToolCallDelta(
+            index=d.index,
+            id=d.id,
+            type="function" if d.id is not None else None,
+            function=FunctionCallDelta(name=d.name, arguments=d.arguments),
+        )
+        for d in deltas
+    ]
+
+
+class ToolCallCollector:
+    """Joins one choice's tool-call deltas into whole calls (non-streaming responses)."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, deltas: list[protocol.ToolCallDelta]) -> None:
+        for delta in deltas:
+            call = self._calls.setdefault(delta.index, {"id": "", "name": "", "arguments": []})
+            if delta.id:
+                call["id"] = delta.id
+            if delta.name:
+                call["name"] = delta.name
+            call["arguments"].append(delta.arguments)
+
+    def calls(self) -> list[ToolCall]:
+        from app.schemas.tools import FunctionCall
+
+        return [
+            ToolCall(
+                id=call["id"],
+                function=FunctionCall(name=call["name"], arguments="".join(call["arguments"])),
+            )
+            for _, call in sorted(self._calls.items())
+        ]

@@ -1,0 +1,50 @@
+"""GLM 5.x (Z.ai; GLM 5.2 here, the GLM-4.5 lineage): `[gMASK]<sop><|user|>...<|assistant|>`.
+
+Thinking is on by default: the generation prompt opens `<think>`; with
+`enable_thinking: false` it writes an empty `<think></think>`. `reasoning_effort`
+(`high`, the default, or `max`) becomes a `Reasoning Effort:` system line while
+thinking is on. GLM 5.x sometimes reasons anyway with thinking off and closes with a
+bare `</think>`: that leaked prefix is dropped from the content.
+"""
+
+from engine.families.base import Family, Toggle
+
+FAMILY = Family(
+    name="glm45",
+    title="GLM 5.2",
+    template="glm45",
+    toggles=(
+        Toggle(key="enable_thinking", default=True),
+        Toggle(
+            key="reasoning_effort",
+            default="high",
+            values=("high", "max"),
+            top_level=("reasoning_effort",),
+            needs_reasoning=True,
+        ),
+    ),
+    reasoning_parser="glm45",
+    tool_parser="glm47",
+    reasoning_markers=("<think>", "</think>"),
+    tool_call_markers=("<tool_call>", "</tool_call>"),
+    special_tokens=(
+        "[gMASK]",
+        "<sop>",
+        "<|system|>",
+        "<|user|>",
+        "<|assistant|>",
+        "<|observation|>",
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+    ),
+    name_patterns=("glm-5", "glm5", "glm-4.5", "glm-4.6", "glm-4.7"),
+    model_types=("glm4_moe", "glm_moe_dsa", "glm5"),
+    drop_leak_through="</think>",
+    notes="`enable_thinking` (bool, default true); `reasoning_effort` `high` | `max`.",
+)

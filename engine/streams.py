@@ -1,0 +1,54 @@
+"""Merging several async streams into one, for fan-out (n choices, several prompts)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_DONE = object()
+
+
+async def merge(sources: Sequence[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+    """Yield (source position, item) as items arrive from any source.
+
+    The first error of any source is raised after the others are stopped; closing
+    the merged stream stops (and so aborts) every source still running.
+    """
+    if len(sources) == 1:
+        async with aclosing(sources[0]) as only:  # type: ignore[type-var]
+            async for item in only:
+                yield 0, item
+        return
+    queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+
+    async def pump(position: int, source: AsyncIterator[T]) -> None:
+        try:
+            async for item in source:
+                await queue.put((position, item))
+        except BaseException as exc:
+            await queue.put((position, exc))
+            raise
+        finally:
+            await queue.put((position, _DONE))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(sources)]
+    running = len(tasks)
+    try:
+        while running:
+            position, item = await queue.get()
+            if item is _DONE:
+                running -= 1
+            elif isinstance(item, BaseException):
+                if isinstance(item, asyncio.CancelledError):
+                    continue
+                raise item
+            else:
+                yield position, item  # type: ignore[misc]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

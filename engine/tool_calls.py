@@ -1,0 +1,150 @@
+"""Tool calling in the model's own format: the grammar that constrains calls, and the
+parser that turns generated text back into OpenAI tool-call deltas.
+
+Both come from vLLM by the names `vllm serve` uses: the tool parser (`hermes`,
+`kimi_k2`, `glm47`, ...) and the xgrammar structural-tag model of the same
+format. Arguments are constrained in every `tool_choice` mode, `auto` included:
+free text stays free, and a call, once opened, can only finish valid.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import EngineRequestError
+from engine.protocol import ToolCallDelta
+from engine.structured import tighten
+
+# Tool parser name -> xgrammar structural-tag model of the same call format.
+STRUCTURAL_TAG_MODELS = {
+    "hermes": "hermes",
+    "kimi_k2": "kimi",
+    "glm45": "glm_4_7",
+    "glm47": "glm_4_7",
+    "longcat": "longcat",
+    "qwen3_coder": "qwen_3_coder",
+    "llama3_json": "llama",
+    "deepseek_v31": "deepseek_v3_1",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest:
+    tools: list[dict[str, Any]]  # OpenAI-shaped: {"type": "function", "function": {...}}
+    tool_choice: str | dict[str, Any]  # "auto" | "required" | {"type": "function", ...}
+    parallel_tool_calls: bool = True
+
+
+def structural_tag(request: ToolRequest, parser_name: str) -> Any:
+    """StructuredOutputsParams holding the structural tag for this request's tools."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionNamedToolChoiceParam,
+        ChatCompletionToolsParam,
+    )
+    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.tool_parsers.structural_tag_registry import (
+        get_model_structural_tag,
+        limit_to_single_tool_call,
+    )
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    tag_model = STRUCTURAL_TAG_MODELS.get(parser_name)
+    if tag_model is None:
+        raise EngineRequestError(
+            f"Tool calling is not available with the `{parser_name}` tool parser.", param="tools"
+        )
+    tools = [ChatCompletionToolsParam.model_validate(_tightened(t)) for t in request.tools]
+    choice: Any = request.tool_choice
+    if isinstance(choice, dict):
+        choice = ChatCompletionNamedToolChoiceParam.model_validate(choice)
+    tag = get_model_structural_tag(
+        model=tag_model,
+        tools=tools,
+        tool_choice=choice,
+        reasoning=False,
+        strict_level=ToolStrictLevel.PARAMETER,
+    )
+    if tag is None:
+        return None
+    if not request.parallel_tool_calls:
+        tag = limit_to_single_tool_call(tag)
+    return StructuredOutputsParams(structural_tag=tag.model_dump_json())
+
+
+def _tightened(tool: dict[str, Any]) -> dict[str, Any]:
+    function = dict(tool["function"])
+    function["parameters"] = tighten(function.get("parameters") or {"type": "object"})
+    return {"type": "function", "function": function}
+
+
+class ToolCallStream:
+    """Parses one choice's growing text into content and tool-call deltas."""
+
+    def __init__(self, parser_name: str, request: ToolRequest, tokenizer: Any) -> None:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.tool_parsers import ToolParserManager
+
+        self._vllm_request = ChatCompletionRequest.model_validate(
+            {
+                "model": "lilac",
+                "messages": [{"role": "user", "content": ""}],
+                "tools": request.tools,
+                "tool_choice": request.tool_choice,
+            }
+        )
+        parser_class = ToolParserManager.get_tool_parser(parser_name)
+        self._parser = parser_class(tokenizer, self._vllm_request.tools)
+        self._text = ""
+        self._token_ids: list[int] = []
+        self._sent_args: dict[int, str] = {}
+        self._ids: dict[int, str] = {}
+        self.called = False
+
+    def feed(self, text: str, token_ids: list[int]) -> tuple[str, list[ToolCallDelta]]:
+        previous_text, previous_ids = self._text, list(self._token_ids)
+        self._text += text
+        self._token_ids.extend(token_ids)
+        message = self._parser.extract_tool_calls_streaming(
+            previous_text,
+            self._text,
+            text,
+            previous_ids,
+            self._token_ids,
+            token_ids,
+            self._vllm_request,
+        )
+        if message is None:
+            return "", []
+        return message.content or "", [self._delta(call) for call in message.tool_calls or []]
+
+    def _delta(self, call: Any) -> ToolCallDelta:
+        self.called = True
+        index = call.index
+        function = call.function
+        call_id = None
+        if index not in self._ids:
+            self._ids[index] = f"call_{uuid.uuid4().hex[:24]}"
+            call_id = self._ids[index]
+        arguments = (function.arguments if function else None) or ""
+        self._sent_args[index] = self._sent_args.get(index, "") + arguments
+        name = function.name if function else None
+        return ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments)
+
+    def finish(self) -> list[ToolCallDelta]:
+        """Whatever the streaming parser held back, judged against a parse of the whole text."""
+        info = self._parser.extract_tool_calls(self._text, self._vllm_request)
+        if not info.tools_called:
+            return []
+        self.called = True
+        deltas = []
+        for index, call in enumerate(info.tool_calls):
+            full = call.function.arguments
+            sent = self._sent_args.get(index, "")
+            if index not in self._ids:
+                self._ids[index] = f"call_{uuid.uuid4().hex[:24]}"
+                deltas.append(ToolCallDelta(index, self._ids[index], call.function.name, full))
+            elif full.startswith(sent) and len(full) > len(sent):
+                deltas.append(ToolCallDelta(index, None, None, full[len(sent) :]))
+        return deltas

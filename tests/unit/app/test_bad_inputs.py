@@ -1,0 +1,140 @@
+"""The bad-input matrix: every parameter's boundaries on both sides, over HTTP.
+
+Each bad value gets a 400 `invalid_request_error` naming the parameter, and
+nothing reaches the engine; each boundary value just inside the range is accepted.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from engine.scripted import ScriptedEngine
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+# (parameter, accepted values at the edges, rejected values just outside or of a wrong type)
+CHAT_MATRIX: list[tuple[str, list[object], list[object]]] = [
+    ("temperature", [0, 2], [-0.01, 2.01, "hot"]),
+    ("top_p", [1e-9, 1], [0, 1.01, "x"]),
+    ("top_k", [-1, 0, 1, 50], [-2, 1.5]),
+    ("min_p", [0, 1], [-0.1, 1.1]),
+    ("frequency_penalty", [-2, 2], [-2.1, 2.1, "a"]),
+    ("presence_penalty", [-2, 2], [-2.01, 2.01]),
+    ("repetition_penalty", [0.01, 10], [0, -1, 10.5]),
+    ("max_tokens", [1, 100], [0, -1, 1.5, "9"]),
+    ("max_completion_tokens", [1], [0, "1"]),
+    ("n", [1, 4], [0, 129, 1.0]),
+    ("stop", ["x", ["a", "b", "c", "d"]], ["", ["a"] * 5, 7, [1]]),
+    ("seed", [0, -1, 2**63 - 1], [2**63, "s"]),
+    ("logit_bias", [{"5": 100}, {"5": -100}], [{"5": 101}, {"x": 1}, {"-3": 1}, [1]]),
+    ("logprobs", [True, False], ["yes", 1]),
+    ("stream", [False], ["true", 0]),
+    ("min_tokens", [0, 4], [-1, "2"]),
+    ("stop_token_ids", [[1, 2]], [[-1], "1"]),
+    ("ignore_eos", [True], ["no"]),
+    ("messages", [MESSAGES], [[], "hi", [{"role": "user"}], [{"role": "x", "content": "a"}]]),
+    ("model", ["scripted"], [5, None]),
+]
+
+
+def matrix_cases(kind: str) -> list[tuple[str, object]]:
+    index = 1 if kind == "good" else 2
+    return [(name, value) for name, *values in CHAT_MATRIX for value in values[index - 1]]
+
+
+@pytest.mark.parametrize(("param", "value"), matrix_cases("bad"))
+async def test_chat_rejects(
+    client: httpx.AsyncClient, scripted_engine: ScriptedEngine, param: str, value: object
+) -> None:
+    body = {"model": "scripted", "messages": MESSAGES, param: value}
+    if param == "top_logprobs":
+        body["logprobs"] = True
+    response = await client.post(CHAT, json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] is not None and error["param"].split("[")[0].split(".")[0] == param
+    assert scripted_engine.requests == []
+
+
+@pytest.mark.parametrize(("param", "value"), matrix_cases("good"))
+async def test_chat_accepts_boundaries(
+    client: httpx.AsyncClient, param: str, value: object
+) -> None:
+    body = {"model": "scripted", "messages": MESSAGES, param: value}
+    response = await client.post(CHAT, json=body)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"top_logprobs": 3}, "top_logprobs"),  # without logprobs: true
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        (
+            {
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "min_tokens": 9,
+                "max_tokens": 3,
+            },
+            "min_tokens",
+        ),
+        ({"max_tokens": 5000}, "max_tokens"),  # over the context
+        ({"stream": True, "max_tokens": 5000}, "max_tokens"),  # a 400 before the stream
+    ],
+)
+async def test_chat_inconsistent_combinations(
+    client: httpx.AsyncClient, body: dict, param: str
+) -> None:
+    response = await client.post(CHAT, json={"model": "scripted", "messages": MESSAGES, **body})
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["error"]["param"] == param
+
+
+async def test_ignored_openai_fields_are_accepted(client: httpx.AsyncClient) -> None:
+    body = {
+        "model": "scripted",
+        "messages": MESSAGES,
+        "user": "u-1",
+        "metadata": {"k": "v"},
+        "store": False,
+        "service_tier": "auto",
+        "parallel_tool_calls": True,
+    }
+    assert (await client.post(CHAT, json=body)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({}, "prompt"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": []}, "prompt"),
+        ({"prompt": "x", "logprobs": 6}, "logprobs"),
+        ({"prompt": "x", "logprobs": True}, "logprobs"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"prompt": "x", "echo": "yes"}, "echo"),
+        ({"prompt": "x", "temperature": 3}, "temperature"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+    ],
+)
+async def test_completions_rejects(client: httpx.AsyncClient, body: dict, param: str) -> None:
+    response = await client.post(COMPLETIONS, json={"model": "scripted", **body})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"].split("[")[0] == param
+
+
+async def test_tokenize_needs_exactly_one_input(client: httpx.AsyncClient) -> None:
+    response = await client.post("/tokenize", json={"model": "scripted"})
+    assert response.status_code == 400
+    both = {"model": "scripted", "prompt": "a", "messages": MESSAGES}
+    assert (await client.post("/tokenize", json=both)).status_code == 400
+    unknown = await client.post("/tokenize", json={"model": "nope", "prompt": "a"})
+    assert unknown.status_code == 404

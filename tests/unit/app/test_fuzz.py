@@ -1,0 +1,105 @@
+"""Property-based fuzzing of the HTTP layer over a scripted engine.
+
+Thousands of generated requests, mostly near-valid (a valid body with fields
+replaced by arbitrary JSON), must never get a 5xx, and every error must be the
+OpenAI envelope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from litestar.testing import TestClient
+
+from app.main import create_app
+from engine.scripted import ScriptedEngine
+
+EXAMPLES_PER_ENDPOINT = 1500
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
+message = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["system", "user", "assistant", "tool", "developer", "bot"]),
+        "content": st.text(max_size=20)
+        | st.lists(
+            st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=8)}),
+            max_size=2,
+        )
+        | json_values,
+    },
+    optional={"tool_call_id": st.text(max_size=5), "name": json_values},
+)
+CHAT_FIELDS = [
+    "temperature", "top_p", "top_k", "min_p", "seed", "n", "stop", "stream", "stream_options",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "logprobs",
+    "top_logprobs", "max_tokens", "max_completion_tokens", "min_tokens", "stop_token_ids",
+    "ignore_eos", "include_stop_str_in_output", "skip_special_tokens", "user",
+]  # fmt: skip
+chat_bodies = st.fixed_dictionaries(
+    {"model": st.just("scripted"), "messages": st.lists(message, max_size=3)},
+    optional={field: json_values for field in CHAT_FIELDS},
+)
+completion_bodies = st.fixed_dictionaries(
+    {"model": st.just("scripted"), "prompt": st.text(max_size=10) | json_values},
+    optional={field: json_values for field in [*CHAT_FIELDS, "echo"]},
+)
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[TestClient]:
+    app = create_app(engine=ScriptedEngine(max_model_len=64))
+    with TestClient(app) as client:
+        yield client
+
+
+def check(response_status: int, body: dict) -> None:
+    assert response_status < 500, body
+    if response_status >= 400:
+        assert set(body) == {"error"}
+        error = body["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert isinstance(error["message"], str) and error["message"]
+
+
+@settings(
+    max_examples=EXAMPLES_PER_ENDPOINT,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(body=chat_bodies)
+def test_chat_never_5xx(http: TestClient, body: dict) -> None:
+    response = http.post("/v1/chat/completions", json=body)
+    check(
+        response.status_code,
+        response.json() if not body.get("stream") or response.status_code != 200 else {},
+    )
+
+
+@settings(
+    max_examples=EXAMPLES_PER_ENDPOINT,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(body=completion_bodies)
+def test_completions_never_5xx(http: TestClient, body: dict) -> None:
+    response = http.post("/v1/completions", json=body)
+    check(
+        response.status_code,
+        response.json() if not body.get("stream") or response.status_code != 200 else {},
+    )

@@ -1,0 +1,112 @@
+"""The family registry: binding, defaults, and resolving a request's reasoning controls."""
+
+import json
+
+import pytest
+
+from engine import families
+from engine.errors import EngineRequestError
+
+
+def test_names_are_the_vllm_parser_names() -> None:
+    assert set(families.FAMILIES) == {"smollm2", "kimi_k2", "glm45", "gemma4", "minimax_m3"}
+    for family in families.FAMILIES.values():
+        assert family.reasoning_parser in (None, family.name)
+
+
+def test_reasons_by_default() -> None:
+    expected = {"smollm2": False, "kimi_k2": True, "glm45": True, "gemma4": False}
+    for name, reasons in expected.items():
+        assert families.get(name).reasons_by_default is reasons
+    assert families.get("minimax_m3").reasons_by_default is True  # adaptive may think
+
+
+def test_unknown_family_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="glm45"):
+        families.get("llama9")
+
+
+@pytest.mark.parametrize(
+    ("model", "config", "expected"),
+    [
+        ("/cache/SmolLM2-135M-Instruct", {"model_type": "llama"}, "smollm2"),
+        ("moonshotai/Kimi-K2.6", None, "kimi_k2"),
+        ("zai-org/GLM-5.2", None, "glm45"),
+        ("google/gemma-4-31b-it", None, "gemma4"),
+        ("MiniMaxAI/MiniMax-M3", None, "minimax_m3"),
+        ("/models/my-finetune", {"model_type": "gemma4_text"}, "gemma4"),
+        ("/models/other", {"model_type": "llama"}, None),
+    ],
+)
+def test_detect(model, config, expected) -> None:
+    family = families.detect(model, config)
+    assert (family.name if family else None) == expected
+
+
+def test_for_model_reads_the_folder_config_and_the_flag_wins(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "glm4_moe"}))
+    assert families.for_model(str(tmp_path)).name == "glm45"
+    assert families.for_model(str(tmp_path), "gemma4").name == "gemma4"
+
+
+def test_defaults_fill_the_template_variables() -> None:
+    variables, settings = families.resolve(families.get("glm45"), {}, {})
+    assert variables == settings == {"enable_thinking": True, "reasoning_effort": "high"}
+
+
+def test_unknown_template_kwargs_pass_through() -> None:
+    variables, settings = families.resolve(families.get("kimi_k2"), {"custom": 1}, {})
+    assert variables == {"custom": 1, "thinking": True} and settings == {"thinking": True}
+
+
+def test_boolean_aliases_switch_every_boolean_family_off() -> None:
+    forward = {"thinking": False, "enable_thinking": False}
+    for name in ("kimi_k2", "glm45", "gemma4"):
+        family = families.get(name)
+        _, settings = families.resolve(family, {}, forward)
+        assert family.reasoning_on(settings) is False
+    # MiniMax has no boolean switch: its thinking_mode is untouched.
+    _, settings = families.resolve(families.get("minimax_m3"), {}, forward)
+    assert settings == {"thinking_mode": "adaptive"}
+
+
+def test_template_kwargs_win_over_top_level() -> None:
+    kimi = families.get("kimi_k2")
+    _, settings = families.resolve(kimi, {"thinking": True}, {"thinking": False})
+    assert settings == {"thinking": True}
+
+
+def test_effort_only_while_thinking() -> None:
+    glm = families.get("glm45")
+    _, on = families.resolve(glm, {}, {"reasoning_effort": "max"})
+    _, off = families.resolve(glm, {"enable_thinking": False}, {"reasoning_effort": "max"})
+    assert on == {"enable_thinking": True, "reasoning_effort": "max"}
+    assert off == {"enable_thinking": False}
+
+
+def test_reasoning_effort_is_ignored_by_families_without_it() -> None:
+    _, settings = families.resolve(families.get("kimi_k2"), {}, {"reasoning_effort": "low"})
+    assert settings == {"thinking": True}
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "top", "param"),
+    [
+        ("kimi_k2", {"thinking": "false"}, {}, "chat_template_kwargs.thinking"),
+        ("kimi_k2", {"enable_thinking": 0}, {}, "chat_template_kwargs.enable_thinking"),
+        ("glm45", {}, {"reasoning_effort": "low"}, "reasoning_effort"),
+        ("glm45", {"reasoning_effort": "HIGH"}, {}, "chat_template_kwargs.reasoning_effort"),
+        (
+            "gemma4",
+            {"enable_thinking": None, "thinking": "yes"},
+            {},
+            "chat_template_kwargs.thinking",
+        ),
+        ("minimax_m3", {"thinking_mode": True}, {}, "chat_template_kwargs.thinking_mode"),
+        ("minimax_m3", {"thinking_mode": "auto"}, {}, "chat_template_kwargs.thinking_mode"),
+    ],
+)
+def test_bad_values_name_their_param(name, kwargs, top, param) -> None:
+    with pytest.raises(EngineRequestError) as raised:
+        families.resolve(families.get(name), kwargs, top)
+    assert raised.value.param == param

@@ -1,0 +1,87 @@
+"""The hermes tool-call format (SmolLM2, Qwen-style templates): parsing, streaming at
+every split, and the grammar built from the tools."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from engine.models import default_model_dir
+from engine.tool_calls import ToolCallStream, ToolRequest, structural_tag
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+REQUEST = ToolRequest(TOOLS, "auto")
+TEXT = (
+    'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    "\n</tool_call>"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():  # type: ignore[no-untyped-def]
+    return AutoTokenizer.from_pretrained(default_model_dir())
+
+
+def run(tokenizer, pieces: list[str]) -> tuple[str, dict]:  # type: ignore[no-untyped-def]
+    stream = ToolCallStream("hermes", REQUEST, tokenizer)
+    content, calls = "", {}
+    deltas = []
+    for piece in pieces:
+        text, new = stream.feed(piece, tokenizer.encode(piece, add_special_tokens=False))
+        content += text
+        deltas.extend(new)
+    deltas.extend(stream.finish())
+    for delta in deltas:
+        call = calls.setdefault(delta.index, {"id": None, "name": None, "arguments": ""})
+        if delta.id:
+            assert call["id"] is None
+            call["id"] = delta.id
+        if delta.name:
+            call["name"] = delta.name
+        call["arguments"] += delta.arguments
+    return content, calls
+
+
+def test_whole_text(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    content, calls = run(tokenizer, [TEXT])
+    assert content == "Let me check."
+    assert calls[0]["name"] == "get_weather"
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris"}
+
+
+@pytest.mark.parametrize("split", range(1, len(TEXT), 7))
+def test_streaming_at_every_split_gives_the_same_call(tokenizer, split: int) -> None:  # type: ignore[no-untyped-def]
+    pieces = [TEXT[i : i + split] for i in range(0, len(TEXT), split)]
+    content, calls = run(tokenizer, pieces)
+    assert content == "Let me check."
+    assert list(calls) == [0]
+    assert calls[0]["name"] == "get_weather"
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris"}
+
+
+def test_plain_text_is_content(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    content, calls = run(tokenizer, ["Just ", "text."])
+    assert content == "Just text." and calls == {}
+
+
+def test_structural_tag_constrains_arguments_in_auto_mode() -> None:
+    params = structural_tag(REQUEST, "hermes")
+    tag = json.loads(params.structural_tag)
+    text = json.dumps(tag)
+    assert "<tool_call>" in text and "get_weather" in text
+    assert '"maxLength": 200' in text  # the tightened argument schema
+
+
+def test_single_call_when_parallel_is_off() -> None:
+    params = structural_tag(ToolRequest(TOOLS, "required", parallel_tool_calls=False), "hermes")
+    assert json.loads(params.structural_tag)["format"]["stop_after_first"] is True
