@@ -351,6 +351,7 @@ def _check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
 def engine_args(config: EngineConfig) -> Any:
     """vLLM's engine arguments. The family's reasoning parser goes to the structured-output
     config, so a grammar (json_schema, a tool call) applies only once reasoning ends."""
+    from vllm.config import StructuredOutputsConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     family = config.family_record
@@ -365,7 +366,9 @@ def engine_args(config: EngineConfig) -> Any:
         seed=config.seed,
         disable_log_stats=True,
         # xgrammar, and no free whitespace inside JSON: where small models loop.
-        structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+        structured_outputs_config=StructuredOutputsConfig(
+            backend="xgrammar", disable_any_whitespace=True
+        ),
         reasoning_parser=(family.reasoning_parser if family else None) or "",
     )
 
