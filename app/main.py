@@ -37,7 +37,8 @@ def build_engine(settings: Settings) -> Engine:
     from engine.families import get as get_family
     from engine.models import resolve_model
     from engine.templates import load_template_file
-    from engine.vllm_engine import EngineConfig, VLLMEngine
+    from engine.vllm_config import EngineConfig
+    from engine.vllm_engine import VLLMEngine
 
     model_path, default_name = resolve_model(settings.model)
     if settings.family is not None:
@@ -45,6 +46,14 @@ def build_engine(settings: Settings) -> Engine:
             get_family(settings.family)
         except ValueError as exc:  # before minutes of loading, not after
             raise SystemExit(f"--family: {exc}") from exc
+    if settings.tool_call_parser is not None:
+        from engine.errors import EngineRequestError
+        from engine.tool_calls import structural_tag_model
+
+        try:
+            structural_tag_model(settings.tool_call_parser)
+        except EngineRequestError as exc:
+            raise SystemExit(f"--tool-call-parser: {exc.message}") from exc
     on_gpu = settings.on_gpu
     if not on_gpu:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
@@ -63,6 +72,7 @@ def build_engine(settings: Settings) -> Engine:
         if settings.chat_template
         else None,
         family=settings.family,
+        tool_parser=settings.tool_call_parser,
         enable_sleep_mode=on_gpu and settings.release_memory,
     )
     return VLLMEngine(config)

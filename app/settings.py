@@ -30,6 +30,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     gpu_memory_utilization: float = 0.9
     cpu_kvcache_space_gib: int = 2
     chat_template: str | None = None
+    tool_call_parser: str | None = None
     family: str | None = None  # None: detected from the model
     seed: int = 0
     log_level: str = "info"
@@ -97,6 +98,12 @@ _FLAGS: list[tuple[str, type | object, str]] = [
     ("tensor-parallel-size", int, "GPUs to shard the model over (default 1)"),
     ("gpu-memory-utilization", float, "fraction of accelerator memory vLLM may use (default 0.9)"),
     ("cpu-kvcache-space-gib", int, "KV cache size on CPU, GiB (default 2)"),
+    (
+        "tool-call-parser",
+        str,
+        "vLLM tool-parser name of the model's call format: hermes, "
+        "kimi_k2, glm47, minimax_m3, gemma4, ... (default: the family's)",
+    ),
     ("chat-template", str, "Jinja chat-template file overriding the model's"),
     (
         "family",

@@ -17,18 +17,6 @@ from engine.errors import EngineRequestError
 from engine.protocol import ToolCallDelta
 from engine.structured import tighten
 
-# Tool parser name -> xgrammar structural-tag model of the same call format.
-STRUCTURAL_TAG_MODELS = {
-    "hermes": "hermes",
-    "kimi_k2": "kimi",
-    "glm45": "glm_4_7",
-    "glm47": "glm_4_7",
-    "longcat": "longcat",
-    "qwen3_coder": "qwen_3_coder",
-    "llama3_json": "llama",
-    "deepseek_v31": "deepseek_v3_1",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class ToolRequest:
@@ -50,10 +38,14 @@ def structural_tag(request: ToolRequest, parser_name: str) -> Any:
     )
     from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
 
-    tag_model = STRUCTURAL_TAG_MODELS.get(parser_name)
+    tag_model = structural_tag_model(parser_name)
     if tag_model is None:
+        if request.tool_choice == "auto":
+            return None  # the parser still finds calls; their arguments are unconstrained
         raise EngineRequestError(
-            f"Tool calling is not available with the `{parser_name}` tool parser.", param="tools"
+            f"`tool_choice` other than auto/none is not available with the "
+            f"`{parser_name}` tool-call format.",
+            param="tool_choice",
         )
     tools = [ChatCompletionToolsParam.model_validate(_tightened(t)) for t in request.tools]
     choice: Any = request.tool_choice
@@ -71,6 +63,17 @@ def structural_tag(request: ToolRequest, parser_name: str) -> Any:
     if not request.parallel_tool_calls:
         tag = limit_to_single_tool_call(tag)
     return StructuredOutputsParams(structural_tag=tag.model_dump_json())
+
+
+def structural_tag_model(parser_name: str) -> str | None:
+    """The xgrammar structural-tag model of a tool parser's call format (None: has none)."""
+    from vllm.tool_parsers import ToolParserManager
+
+    try:
+        parser_class = ToolParserManager.get_tool_parser(parser_name)
+    except KeyError:
+        raise EngineRequestError(f"Unknown tool-call parser `{parser_name}`.") from None
+    return getattr(parser_class, "structural_tag_model", None)
 
 
 def _tightened(tool: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from engine.errors import (
     EngineRequestError,
     EngineUnavailable,
 )
-from engine.families import Family, for_model
+from engine.families import Family
 from engine.logprobs import convert_prompt_logprobs, convert_sample_logprobs
 from engine.parsing import OutputParsing, RequestParsing
 from engine.protocol import (
@@ -30,32 +30,9 @@ from engine.streams import merge
 from engine.structured import constraint_for
 from engine.templates import load_template_file, render_chat
 from engine.tool_calls import ToolCallStream, ToolRequest
+from engine.vllm_config import EngineConfig, build_async_llm
 
 log = logging.getLogger("lilac.engine")
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """What vLLM needs to load a model; built from the server settings."""
-
-    model: str
-    served_names: tuple[str, ...]
-    dtype: str = "auto"
-    max_model_len: int | None = None
-    enforce_eager: bool = False
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    seed: int = 0
-    chat_template: str | None = None  # template text overriding the family's and tokenizer's
-    family: str | None = None  # `--family`; None: detected from the model (engine.families)
-    # vLLM tool-parser name of the model's call format; None: the family's (else hermes).
-    tool_parser: str | None = None
-    # vLLM's sleep mode (GPU only): lets a yielded engine free its GPU memory.
-    enable_sleep_mode: bool = False
-
-    @property
-    def family_record(self) -> Family | None:
-        return for_model(self.model, self.family)
 
 
 class VLLMEngine:
@@ -80,7 +57,7 @@ class VLLMEngine:
     async def start(self) -> None:
         # Importing vLLM and building the engine block for most of a minute; a thread
         # keeps the event loop free to answer /health meanwhile.
-        self._build = asyncio.ensure_future(asyncio.to_thread(_build_async_llm, self._config))
+        self._build = asyncio.ensure_future(asyncio.to_thread(build_async_llm, self._config))
         llm = await asyncio.shield(self._build)
         self._tokenizer = llm.get_tokenizer()
         self._special_tokens = {
@@ -369,44 +346,13 @@ def _check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
             )
 
 
-def engine_args(config: EngineConfig) -> Any:
-    """vLLM's engine arguments. The family's reasoning parser goes to the structured-output
-    config, so a grammar (json_schema, a tool call) applies only once reasoning ends."""
-    from vllm.engine.arg_utils import AsyncEngineArgs
-
-    family = config.family_record
-    return AsyncEngineArgs(
-        model=config.model,
-        served_model_name=list(config.served_names),
-        dtype=config.dtype,
-        max_model_len=config.max_model_len,
-        enforce_eager=config.enforce_eager,
-        tensor_parallel_size=config.tensor_parallel_size,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        seed=config.seed,
-        disable_log_stats=True,
-        enable_sleep_mode=config.enable_sleep_mode,
-        # xgrammar, and no free whitespace inside JSON: where small models loop.
-        structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
-        reasoning_parser=(family.reasoning_parser if family else None) or "",
-    )
-
-
-def _build_async_llm(config: EngineConfig) -> Any:
-    from vllm.usage.usage_lib import UsageContext
-    from vllm.v1.engine.async_llm import AsyncLLM
-
-    return AsyncLLM.from_engine_args(
-        engine_args(config), usage_context=UsageContext.OPENAI_API_SERVER
-    )
-
-
-def _kv_cache_tokens(llm: Any) -> int:
-    cache = llm.vllm_config.cache_config
-    return (cache.num_gpu_blocks or 0) * cache.block_size
-
-
 def _finish_reason(reason: str | None) -> Any:
     if reason is None:
         return None
     return "length" if reason == "length" else "stop"
+
+
+def _kv_cache_tokens(llm: Any) -> int:
+    """Tokens the KV cache holds (the admission controller's token budget)."""
+    cache = llm.vllm_config.cache_config
+    return (cache.num_gpu_blocks or 0) * cache.block_size

@@ -9,7 +9,8 @@ import pytest
 
 from app.main import create_app
 from engine.models import DEFAULT_MODEL_NAME, default_model_dir, is_prepared
-from engine.vllm_engine import EngineConfig, VLLMEngine
+from engine.vllm_config import EngineConfig
+from engine.vllm_engine import VLLMEngine
 
 
 @pytest.fixture(scope="session")

@@ -85,3 +85,23 @@ def test_structural_tag_constrains_arguments_in_auto_mode() -> None:
 def test_single_call_when_parallel_is_off() -> None:
     params = structural_tag(ToolRequest(TOOLS, "required", parallel_tool_calls=False), "hermes")
     assert json.loads(params.structural_tag)["format"]["stop_after_first"] is True
+
+
+def test_structural_tag_models_come_from_vllm_parsers() -> None:
+    from engine.errors import EngineRequestError
+    from engine.tool_calls import structural_tag_model
+
+    assert structural_tag_model("hermes") == "hermes"
+    assert structural_tag_model("kimi_k2") == "kimi"
+    assert structural_tag_model("glm47") == "glm_4_7"
+    with pytest.raises(EngineRequestError, match="Unknown tool-call parser"):
+        structural_tag_model("nope")
+
+
+def test_format_without_structural_tag_is_free_in_auto_and_400_when_forced() -> None:
+    from engine.errors import EngineRequestError
+
+    assert structural_tag(ToolRequest(TOOLS, "auto"), "gemma4") is None
+    with pytest.raises(EngineRequestError) as caught:
+        structural_tag(ToolRequest(TOOLS, "required"), "gemma4")
+    assert caught.value.param == "tool_choice"

@@ -1,0 +1,67 @@
+"""How the vLLM engine is configured and built from lilac-serve's settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.families import Family, for_model
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """What vLLM needs to load a model; built from the server settings."""
+
+    model: str
+    served_names: tuple[str, ...]
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    enforce_eager: bool = False
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    seed: int = 0
+    chat_template: str | None = None  # template text overriding the family's and tokenizer's
+    family: str | None = None  # `--family`; None: detected from the model (engine.families)
+    # vLLM tool-parser name of the model's call format; None: the family's (else hermes).
+    tool_parser: str | None = None
+    # vLLM's sleep mode (GPU only): lets a yielded engine free its GPU memory.
+    enable_sleep_mode: bool = False
+
+    @property
+    def family_record(self) -> Family | None:
+        return for_model(self.model, self.family)
+
+
+def engine_args(config: EngineConfig) -> Any:
+    """vLLM's engine arguments. The family's reasoning parser goes to the structured-output
+    config, so a grammar (json_schema, a tool call) applies only once reasoning ends."""
+    from vllm.config import StructuredOutputsConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    family = config.family_record
+    return AsyncEngineArgs(
+        model=config.model,
+        served_model_name=list(config.served_names),
+        dtype=config.dtype,
+        max_model_len=config.max_model_len,
+        enforce_eager=config.enforce_eager,
+        tensor_parallel_size=config.tensor_parallel_size,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        seed=config.seed,
+        disable_log_stats=True,
+        enable_sleep_mode=config.enable_sleep_mode,
+        # xgrammar, and no free whitespace inside JSON: where small models loop.
+        structured_outputs_config=StructuredOutputsConfig(
+            backend="xgrammar", disable_any_whitespace=True
+        ),
+        reasoning_parser=(family.reasoning_parser if family else None) or "",
+    )
+
+
+def build_async_llm(config: EngineConfig) -> Any:
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(
+        engine_args(config), usage_context=UsageContext.OPENAI_API_SERVER
+    )
