@@ -25,7 +25,8 @@ from app.services.admission import build_controller
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.settings import Settings
-from engine.admission_runtime import AdmissionController, AdmittedEngine
+from engine.admission_runtime import AdmissionController
+from engine.admitted_engine import AdmittedEngine
 from engine.gpu import Probe
 from engine.protocol import Engine
 

@@ -13,8 +13,7 @@ import itertools
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from collections.abc import Callable
 from typing import Any
 
 from engine.admission import (
@@ -28,10 +27,9 @@ from engine.admission import (
     Transition,
     classify,
 )
-from engine.admission_queue import AdmissionQueue, Ticket, estimate_tokens
-from engine.errors import EngineUnavailable
+from engine.admission_queue import AdmissionQueue, Ticket
 from engine.gpu import GpuSample, Probe
-from engine.protocol import Engine, GenerateOutput, GenerateRequest, ModelInfo
+from engine.protocol import Engine, ModelInfo
 
 log = logging.getLogger("lilac.admission")
 
@@ -332,82 +330,3 @@ class AdmissionController:
             "counters": dict(self.counters),
             "recent": [{"at_s_ago": round(now - t, 3), "event": e} for t, e in self.events][-20:],
         }
-
-
-class AdmittedEngine:
-    """An Engine whose generations pass the admission controller first."""
-
-    def __init__(self, engine: Engine, controller: AdmissionController) -> None:
-        self.inner = engine
-        self.controller = controller
-
-    @property
-    def model(self) -> ModelInfo:
-        return self.inner.model
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def shutdown(self) -> None:
-        await self.inner.shutdown()
-
-    def is_ready(self) -> bool:
-        return self.inner.is_ready()
-
-    def unfinished_requests(self) -> int:
-        return self.inner.unfinished_requests()
-
-    async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
-
-    def tokenize(
-        self,
-        *,
-        prompt: str | None = None,
-        messages: list[dict[str, Any]] | None = None,
-        add_special_tokens: bool = True,
-        add_generation_prompt: bool = True,
-    ) -> list[int]:
-        return self.inner.tokenize(
-            prompt=prompt,
-            messages=messages,
-            add_special_tokens=add_special_tokens,
-            add_generation_prompt=add_generation_prompt,
-        )
-
-    def detokenize(self, token_ids: list[int]) -> str:
-        return self.inner.detokenize(token_ids)
-
-    async def pause(self) -> None:
-        await self.inner.pause()
-
-    async def resume(self) -> None:
-        await self.inner.resume()
-
-    async def release_memory(self) -> bool:
-        return await self.inner.release_memory()
-
-    async def reacquire_memory(self) -> None:
-        await self.inner.reacquire_memory()
-
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
-        if not self.inner.is_ready():
-            raise EngineUnavailable("The model is still loading.")
-        model = self.inner.model
-        self.controller.use_model(model)
-        sampling = request.sampling
-        tokens = estimate_tokens(
-            request.messages, request.prompt, sampling.max_tokens, model.max_model_len, sampling.n
-        )
-        client = request.client or "anonymous"
-        lease = await self.controller.acquire(client, request.priority, tokens, request.request_id)
-        try:
-            async with aclosing(self.inner.generate(request)) as outputs:  # type: ignore[type-var]
-                async for output in outputs:
-                    if lease.revoked:
-                        raise self.controller.drained_error()
-                    yield output
-            if lease.revoked:  # the engine ended it early because we aborted it
-                raise self.controller.drained_error()
-        finally:
-            self.controller.release(lease)

@@ -21,7 +21,8 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from engine.admission import AdmissionRejected, Drained, Policy
-from engine.admission_runtime import AdmissionController, AdmittedEngine
+from engine.admission_runtime import AdmissionController
+from engine.admitted_engine import AdmittedEngine
 from engine.gpu import GpuSample
 from engine.models import DEFAULT_MODEL_NAME, default_model_dir
 from engine.protocol import GenerateOutput, GenerateRequest, SamplingOptions

@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from engine.admission import AdmissionRejected, Drained, Policy, State
-from engine.admission_runtime import AdmissionController, AdmittedEngine
+from engine.admission_runtime import AdmissionController
+from engine.admitted_engine import AdmittedEngine
 from engine.gpu import GpuSample
 from engine.protocol import GenerateRequest, SamplingOptions
 from engine.scripted import ScriptedEngine
