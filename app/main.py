@@ -21,6 +21,7 @@ from app.routes.models import list_models
 from app.routes.tokenize import detokenize, tokenize
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
+from app.services.images import ImageLimits, ImageLoader
 from app.settings import Settings
 from engine.protocol import Engine
 
@@ -81,7 +82,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     state = State(
         {
             "engine": engine,
-            "chat": ChatService(engine),
+            "chat": ChatService(engine, ImageLoader(ImageLimits.from_settings(settings))),
             "completions": CompletionService(engine),
             "encoder": msgspec.json.Encoder(),
             "metrics": build_registry(engine),

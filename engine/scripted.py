@@ -31,10 +31,17 @@ class ScriptedEngine:
         max_model_len: int = 2048,
         token_delay_s: float = 0.0,
         ready: bool = True,
+        supports_vision: bool = False,
     ) -> None:
         self.tokens = list(tokens)
         self.token_delay_s = token_delay_s
-        self._model = ModelInfo(served_names, max_model_len, int(time.time()), "scripted")
+        self._model = ModelInfo(
+            served_names,
+            max_model_len,
+            int(time.time()),
+            "scripted",
+            supports_vision=supports_vision,
+        )
         self._ready = ready
         self.running: set[str] = set()
         self.aborted: list[str] = []
