@@ -24,6 +24,7 @@ from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
+from app.services.images import ImageLimits, ImageLoader
 from app.settings import Settings
 from engine.admission_runtime import AdmissionController
 from engine.admitted_engine import AdmittedEngine
@@ -112,7 +113,7 @@ def create_app(
         {
             "engine": engine,
             "admission": admission,
-            "chat": ChatService(admitted),
+            "chat": ChatService(admitted, ImageLoader(ImageLimits.from_settings(settings))),
             "completions": CompletionService(admitted),
             "encoder": msgspec.json.Encoder(),
             "metrics": build_registry(engine),

@@ -53,6 +53,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     kv_budget_tokens: int = 0
     release_memory: bool = True
     admin_key: str | None = None
+    # Image input (app.services.images).
+    allow_private_image_urls: bool = False
+    max_images_per_request: int = 8
+    max_image_bytes: int = 20 * 1024 * 1024
+    max_image_pixels: int = 25_000_000
+    image_fetch_timeout: float = 10.0
 
     @property
     def on_gpu(self) -> bool:
@@ -114,6 +120,15 @@ _FLAGS: list[tuple[str, type | object, str]] = [
     ("seed", int, "engine random seed (default 0)"),
     ("log-level", str, "debug, info, warning or error (default info)"),
     ("config", str, "TOML file whose [admission] table sets the admission flags below"),
+    (
+        "allow-private-image-urls",
+        _bool,
+        "let image URLs reach private, loopback and link-local addresses (default: refused)",
+    ),
+    ("max-images-per-request", int, "images one chat request may carry (default 8)"),
+    ("max-image-bytes", int, "size limit of one image, encoded, in bytes (default 20 MiB)"),
+    ("max-image-pixels", int, "width x height limit of one image (default 25000000)"),
+    ("image-fetch-timeout", float, "seconds to fetch one image URL, in all (default 10)"),
 ]
 
 # Admission flags: also accepted in the [admission] table of the --config file.
@@ -146,7 +161,11 @@ _FLAGS += _ADMISSION_FLAGS
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     for flag, kind, help_text in _FLAGS:
         env_name = "LILAC_" + flag.upper().replace("-", "_")
-        parser.add_argument(f"--{flag}", type=kind, default=None, help=f"{help_text} [{env_name}]")
+        # A boolean flag alone means true: `--allow-private-image-urls`.
+        extra: dict[str, object] = {"nargs": "?", "const": True} if kind is _bool else {}
+        parser.add_argument(
+            f"--{flag}", type=kind, default=None, help=f"{help_text} [{env_name}]", **extra
+        )
     return parser
 
 

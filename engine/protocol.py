@@ -57,6 +57,15 @@ class StructuredOutput:
 
 
 @dataclass(slots=True)
+class ImageInput:
+    """One decoded image of a chat request. Its place in the conversation is the
+    `{"type": "image"}` part of `GenerateRequest.messages` with the same position."""
+
+    image: Any  # a PIL.Image.Image in RGB mode, decoded and size-checked by the HTTP side
+    detail: str = "auto"  # OpenAI's `detail`: "auto", "low" or "high"
+
+
+@dataclass(slots=True)
 class GenerateRequest:
     """One generation: chat `messages` (rendered by the model's template) or a raw `prompt`."""
 
@@ -76,6 +85,9 @@ class GenerateRequest:
     # For admission (engine.admission_runtime): fairness key and priority (lower: sooner).
     client: str | None = None
     priority: int = 0
+    # Images, in the order their `{"type": "image"}` parts appear in `messages` (a message
+    # with images has its content as a list of `text` and `image` parts).
+    images: list[ImageInput] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -129,6 +141,7 @@ class ModelInfo:
     family: str | None = None  # the model family it is bound to (engine.families)
     reasons_by_default: bool = False  # thinks unless the request turns reasoning off
     kv_cache_tokens: int = 0  # tokens the KV cache holds; 0: unknown
+    supports_vision: bool = False  # takes image input (a multi-modal model)
 
     @property
     def name(self) -> str:

@@ -32,6 +32,7 @@ class ScriptedEngine:
         token_delay_s: float = 0.0,
         ready: bool = True,
         kv_cache_tokens: int = 0,
+        supports_vision: bool = False,
     ) -> None:
         self.tokens = list(tokens)
         self.token_delay_s = token_delay_s
@@ -41,6 +42,7 @@ class ScriptedEngine:
             int(time.time()),
             "scripted",
             kv_cache_tokens=kv_cache_tokens,
+            supports_vision=supports_vision,
         )
         self._ready = ready
         self.running: set[str] = set()

@@ -23,6 +23,7 @@ from engine.protocol import (
     ChoiceDelta,
     GenerateOutput,
     GenerateRequest,
+    ImageInput,
     ModelInfo,
     SamplingOptions,
 )
@@ -72,6 +73,7 @@ class VLLMEngine:
             root=self._config.model,
             vocab_size=model_config.get_vocab_size(),
             kv_cache_tokens=_kv_cache_tokens(llm),
+            supports_vision=_takes_images(llm),
         )
         self.bind_family(self._config.family_record, self._config.chat_template)
         self._llm = llm
@@ -205,6 +207,12 @@ class VLLMEngine:
         request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
         constraint = constraint_for(request, self._tool_parser)
         prompt_ids = self._prompt_token_ids(request)
+        prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
+        if request.images:
+            # vLLM's processor puts each image's tokens in place of its placeholder:
+            # the prompt (and its length, for the budget and `prompt_tokens`) grows.
+            prompt = await self._multimodal_prompt(prompt_ids, request.images)
+            prompt_ids = list(prompt["prompt_token_ids"])
         parsing.prompt_token_ids = prompt_ids
         max_tokens = self._output_budget(len(prompt_ids), sampling.max_tokens)
         if sampling.n > 1 and sampling.temperature == 0:
@@ -213,6 +221,7 @@ class VLLMEngine:
             streams = [
                 self._stream(
                     request,
+                    dict(prompt),
                     prompt_ids,
                     _Plan(single, max_tokens, f"{request.request_id}-{i}", constraint),
                     # each stream's choice 0 is its own: its own reasoning splitter
@@ -228,7 +237,7 @@ class VLLMEngine:
             return
         # aclosing: closing this generator must close (and so abort) the inner one at once.
         plan = _Plan(sampling, max_tokens, request.request_id, constraint)
-        stream = self._stream(request, prompt_ids, plan, parsing)
+        stream = self._stream(request, prompt, prompt_ids, plan, parsing)
         async with aclosing(stream) as outputs:
             async for output in outputs:
                 yield output
@@ -238,9 +247,31 @@ class VLLMEngine:
             return None
         return ToolRequest(request.tools, request.tool_choice, request.parallel_tool_calls)
 
+    async def _multimodal_prompt(
+        self, prompt_ids: list[int], images: list[ImageInput]
+    ) -> dict[str, Any]:
+        if not self.model.supports_vision:
+            raise EngineRequestError(
+                f"The model `{self.model.name}` does not accept image input.",
+                param="messages",
+                code="image_input_not_supported",
+            )
+        # `detail` has no counterpart in vLLM's processors: each model sizes images its way.
+        data = {"image": [image.image for image in images]}
+        try:
+            (rendered,) = await self._llm.renderer.render_cmpl_async(
+                [{"prompt_token_ids": prompt_ids, "multi_modal_data": data}]
+            )
+        except ValueError as exc:  # e.g. placeholders and images do not match
+            raise EngineRequestError(
+                f"The images could not be placed in the prompt: {exc}", param="messages"
+            ) from exc
+        return rendered
+
     async def _stream(
         self,
         request: GenerateRequest,
+        prompt: dict[str, Any],
         prompt_ids: list[int],
         plan: _Plan,
         parsing: RequestParsing,
@@ -260,7 +291,7 @@ class VLLMEngine:
         prompt_tokens = len(prompt_ids)
         first = True
         stream = self._llm.generate(
-            {"prompt_token_ids": prompt_ids},
+            prompt,
             params,
             plan.request_id,
             reasoning_ended=reasoning_ended,
@@ -335,6 +366,24 @@ def _parse_tool_calls(choice: ChoiceDelta, token_ids: Any, parser: ToolCallStrea
             choice.finish_reason = "tool_calls"
     choice.text = content
     choice.tool_calls = calls or None
+
+
+def _takes_images(llm: Any) -> bool:
+    """Whether the served model takes image input (a multi-modal model with an image
+    processor, and images not turned off by its limits)."""
+    model_config = llm.model_config
+    if not model_config.is_multimodal_model:
+        return False
+    processor = getattr(llm.renderer, "mm_processor", None)
+    if processor is None:
+        return False
+    try:
+        if "image" not in processor.info.get_supported_mm_limits():
+            return False
+        return model_config.multimodal_config.get_limit_per_prompt("image") > 0
+    except Exception:  # a processor that cannot say: assume no
+        log.exception("could not tell whether the model takes images")
+        return False
 
 
 def _check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:

@@ -12,6 +12,7 @@ from app.schemas.tokenize import (
     tokenize_request_decoder,
 )
 from app.services.chat import messages_for_template
+from app.services.images import image_refs
 from app.services.sampling import check_model
 
 
@@ -24,6 +25,12 @@ async def tokenize(request: Request) -> TokenizeResponse:
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequest("Give exactly one of `prompt` and `messages`.", param="prompt")
     if body.messages is not None:
+        images = image_refs(body.messages)
+        if images:
+            raise InvalidRequest(
+                "`/tokenize` counts text only; image parts are not accepted.",
+                param=images[0].param,
+            )
         tokens = engine.tokenize(
             messages=messages_for_template(body.messages),
             add_generation_prompt=body.add_generation_prompt,

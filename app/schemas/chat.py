@@ -22,8 +22,19 @@ class TextPart(Struct, tag_field="type", tag="text"):
     text: str
 
 
+class ImageURL(Struct):
+    url: str  # http(s) URL, or a base64 `data:image/...;base64,` URI
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
+class ImagePart(Struct, tag_field="type", tag="image_url"):
+    image_url: ImageURL
+
+
 ContentPart = TextPart
 Content = str | list[ContentPart]
+# Only user messages may carry images (as OpenAI has it); loading: app.services.images.
+UserContent = str | list[TextPart | ImagePart]
 
 
 class SystemMessage(Struct, tag_field="role", tag="system"):
@@ -37,7 +48,7 @@ class DeveloperMessage(Struct, tag_field="role", tag="developer"):
 
 
 class UserMessage(Struct, tag_field="role", tag="user"):
-    content: Content
+    content: UserContent
     name: str | None = None
 
 

@@ -15,7 +15,6 @@ from app.schemas.chat import (
     Choice,
     ChoiceLogprobs,
     ChunkChoice,
-    Content,
     Delta,
     Message,
     ResponseMessage,
@@ -23,6 +22,7 @@ from app.schemas.chat import (
     TopLogprob,
     Usage,
 )
+from app.services.images import ImageLoader, template_content
 from app.services.sampling import check_common, check_model, sampling_options
 from app.services.streaming import open_sse
 from app.services.tools import (
@@ -36,14 +36,6 @@ from engine import protocol
 from engine.protocol import Engine, GenerateOutput, GenerateRequest
 
 
-def _text(content: Content | None) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(part.text for part in content)
-
-
 def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
     """Wire messages -> the plain dicts chat templates expect (`developer` reads as `system`)."""
     rendered = []
@@ -51,7 +43,7 @@ def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
         role = message.__struct_config__.tag  # the `role` tag msgspec decoded it by
         if role == "developer":
             role = "system"
-        item: dict[str, Any] = {"role": role, "content": _text(message.content)}
+        item: dict[str, Any] = {"role": role, "content": template_content(message.content)}
         tool_call_id = getattr(message, "tool_call_id", None)
         if tool_call_id is not None:
             item["tool_call_id"] = tool_call_id
@@ -127,13 +119,22 @@ def _message(text: str, reasoning: list[str], collector: ToolCallCollector) -> R
 
 
 class ChatService:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, images: ImageLoader | None = None) -> None:
         self._engine = engine
+        self._images = images or ImageLoader()
+
+    async def _engine_request(
+        self, request: ChatCompletionRequest, client: str | None
+    ) -> GenerateRequest:
+        """Checks first; images are fetched and decoded only for an otherwise valid request."""
+        generate = engine_request(self._engine, request, client)
+        generate.images = await self._images.load(request.messages, self._engine)
+        return generate
 
     async def complete(
         self, request: ChatCompletionRequest, client: str | None = None
     ) -> ChatCompletion:
-        generate = engine_request(self._engine, request, client)
+        generate = await self._engine_request(request, client)
         texts: dict[int, list[str]] = {i: [] for i in range(request.n)}
         logprobs: dict[int, list[protocol.TokenLogprob]] = {i: [] for i in range(request.n)}
         calls = {i: ToolCallCollector() for i in range(request.n)}
@@ -175,7 +176,7 @@ class ChatService:
         self, request: ChatCompletionRequest, client: str | None = None
     ) -> AsyncIterator[bytes]:
         """Errors of the request are raised here, before any byte of the stream."""
-        generate = engine_request(self._engine, request, client)
+        generate = await self._engine_request(request, client)
         writer = ChunkWriter(request, generate.request_id)
         return await open_sse(self._engine.generate(generate), writer)
 

@@ -1,0 +1,376 @@
+"""Image input of chat requests: find the `image_url` parts, load and decode them.
+
+An image comes as a base64 `data:` URI or as an http(s) URL fetched here, with a time
+limit, a size limit and a limit on images per request. URLs that resolve to private,
+loopback, link-local or other non-public addresses are refused unless the operator
+allows them (`--allow-private-image-urls`); the fetch then connects to the address that
+was checked, so a second DNS answer cannot point it elsewhere. Decoding (Pillow) accepts
+PNG, JPEG, WebP and GIF (the first frame), refuses images over a pixel limit before
+decompressing them, and yields RGB images for the engine.
+
+Every failure is an `InvalidRequest` (400) whose `param` names the part, e.g.
+`messages[1].content[2].image_url`. Images load concurrently; the first failure cancels
+the others, so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import io
+import ipaddress
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+from PIL import Image, UnidentifiedImageError
+
+from app.errors import InvalidRequest
+from app.schemas.chat import Content, ImagePart, Message
+from engine.errors import EngineUnavailable
+from engine.protocol import Engine, ImageInput
+
+FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
+MAX_REDIRECTS = 3
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ImageLimits:
+    max_images: int = 8  # per request
+    max_bytes: int = 20 * 1024 * 1024  # one image, encoded
+    max_pixels: int = 25_000_000  # one image, width x height
+    fetch_timeout_s: float = 10.0  # one URL: connect, redirects and body, in all
+    allow_private: bool = False  # URLs may reach private, loopback and link-local addresses
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ImageLimits:
+        return cls(
+            max_images=settings.max_images_per_request,
+            max_bytes=settings.max_image_bytes,
+            max_pixels=settings.max_image_pixels,
+            fetch_timeout_s=settings.image_fetch_timeout,
+            allow_private=settings.allow_private_image_urls,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRef:
+    """Where an image part stands: message and part index, for the template and errors."""
+
+    message: int
+    part: int
+    url: str
+    detail: str
+
+    @property
+    def param(self) -> str:
+        return f"messages[{self.message}].content[{self.part}].image_url"
+
+
+class ImageError(InvalidRequest):
+    """A 400 about one image part; `position` orders failures of one request."""
+
+    def __init__(self, ref: ImageRef, message: str, code: str) -> None:
+        super().__init__(f"{ref.param}: {message}", param=ref.param, code=code)
+        self.position = (ref.message, ref.part)
+
+
+def image_refs(messages: Sequence[Message]) -> list[ImageRef]:
+    refs = []
+    for m, message in enumerate(messages):
+        content = getattr(message, "content", None)
+        if isinstance(content, list):
+            for p, part in enumerate(content):
+                if isinstance(part, ImagePart):
+                    refs.append(ImageRef(m, p, part.image_url.url, part.image_url.detail))
+    return refs
+
+
+def template_content(content: Content | None) -> str | list[dict[str, Any]]:
+    """Message content for chat templates: a string, unless it holds images; then a list
+    of `{"type": "text", "text"}` and `{"type": "image"}` parts in their order (the shape
+    Hugging Face chat templates of vision models expect)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not any(isinstance(part, ImagePart) for part in content):
+        return "\n".join(part.text for part in content)  # type: ignore[union-attr]
+    return [
+        {"type": "image"} if isinstance(part, ImagePart) else {"type": "text", "text": part.text}
+        for part in content
+    ]
+
+
+class ImageLoader:
+    def __init__(
+        self,
+        limits: ImageLimits | None = None,
+        *,
+        resolver: Resolver | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.limits = limits or ImageLimits()
+        self._resolve = resolver or _resolve
+        self._transport = transport
+
+    async def load(self, messages: Sequence[Message], engine: Engine) -> list[ImageInput]:
+        """The request's images in order; [] without image parts. Checks that the model
+        takes images, and the count, before fetching or decoding anything."""
+        refs = image_refs(messages)
+        if not refs:
+            return []
+        if not engine.is_ready():
+            raise EngineUnavailable("The model is still loading.")
+        if not engine.model.supports_vision:
+            raise InvalidRequest(
+                f"The model `{engine.model.name}` does not accept image input "
+                f"({refs[0].param} is an image).",
+                param=refs[0].param,
+                code="image_input_not_supported",
+            )
+        if len(refs) > self.limits.max_images:
+            extra = refs[self.limits.max_images]
+            raise InvalidRequest(
+                f"At most {self.limits.max_images} images are allowed per request; "
+                f"this one has {len(refs)}.",
+                param=extra.param,
+                code="too_many_images",
+            )
+        # What can be checked without I/O is checked first, in order: a malformed part
+        # fails the request before any fetch starts.
+        sources = [self._source(ref) for ref in refs]
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(self.load_one(ref, source))
+                    for ref, source in zip(refs, sources, strict=True)
+                ]
+        except* ImageError as failures:
+            # The first failure cancels the rest; of failures at once, the earliest part.
+            raise min(failures.exceptions, key=lambda e: e.position) from None  # type: ignore[attr-defined]
+        return [
+            ImageInput(task.result(), ref.detail) for task, ref in zip(tasks, refs, strict=True)
+        ]
+
+    def _source(self, ref: ImageRef) -> bytes | str:
+        """A data URI's bytes, or the http(s) URL to fetch."""
+        scheme = urlsplit(ref.url).scheme.lower() if ":" in ref.url else ""
+        if scheme == "data":
+            return decode_data_uri(ref, self.limits.max_bytes)
+        if scheme in ("http", "https"):
+            return ref.url
+        raise ImageError(
+            ref,
+            "the image URL must be an http(s) URL or a base64 `data:image/...` URI.",
+            "invalid_image_url",
+        )
+
+    async def load_one(self, ref: ImageRef, source: bytes | str) -> Image.Image:
+        data = source if isinstance(source, bytes) else await self.fetch(ref)
+        # Decoding is CPU work: off the event loop. Bounded by the pixel limit.
+        return await asyncio.to_thread(decode_image, ref, data, self.limits.max_pixels)
+
+    async def fetch(self, ref: ImageRef) -> bytes:
+        limits = self.limits
+        try:
+            async with (
+                asyncio.timeout(limits.fetch_timeout_s),
+                httpx.AsyncClient(
+                    transport=self._transport,
+                    verify=_ssl_context(),
+                    trust_env=False,  # a proxy would bypass the address check
+                    follow_redirects=False,
+                    timeout=limits.fetch_timeout_s,
+                ) as client,
+            ):
+                url = ref.url
+                for _ in range(MAX_REDIRECTS + 1):
+                    request = await self._request(client, ref, url)
+                    response = await client.send(request, stream=True)
+                    try:
+                        if response.is_redirect and "location" in response.headers:
+                            url = urljoin(url, response.headers["location"])
+                            continue
+                        return await self._body(ref, response)
+                    finally:
+                        await response.aclose()
+                raise ImageError(ref, f"more than {MAX_REDIRECTS} redirects.", "image_fetch_failed")
+        except TimeoutError:
+            raise ImageError(
+                ref,
+                f"the image could not be fetched within {limits.fetch_timeout_s:g} s.",
+                "image_fetch_timeout",
+            ) from None
+        except (httpx.HTTPError, OSError) as exc:
+            raise ImageError(
+                ref, f"the image could not be fetched: {_describe(exc)}", "image_fetch_failed"
+            ) from None
+
+    async def _request(self, client: httpx.AsyncClient, ref: ImageRef, url: str) -> httpx.Request:
+        """A request to the checked address of `url`'s host (Host header and TLS name kept)."""
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise ImageError(ref, f"invalid image URL: {exc}", "invalid_image_url") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ImageError(ref, f"invalid image URL `{url}`.", "invalid_image_url")
+        host = parsed.host
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            addresses = [ipaddress.ip_address(host)]
+        except ValueError:
+            try:
+                addresses = [ipaddress.ip_address(a) for a in await self._resolve(host, port)]
+            except (OSError, ValueError) as exc:
+                raise ImageError(
+                    ref, f"the host `{host}` could not be resolved ({exc}).", "image_fetch_failed"
+                ) from None
+        if not addresses:
+            raise ImageError(ref, f"the host `{host}` has no address.", "image_fetch_failed")
+        if not self.limits.allow_private:
+            for address in addresses:
+                if not is_public(address):
+                    raise ImageError(
+                        ref,
+                        f"the image URL points to a non-public address ({address}); "
+                        "the server does not fetch from private, loopback or link-local "
+                        "addresses.",
+                        "image_url_not_allowed",
+                    )
+        address = addresses[0]
+        ip_host = f"[{address}]" if address.version == 6 else str(address)
+        headers = {"Host": parsed.netloc.decode("ascii"), "Accept": "image/*"}
+        extensions = {"sni_hostname": host} if parsed.scheme == "https" else {}
+        return client.build_request(
+            "GET",
+            parsed.copy_with(host=ip_host.strip("[]")),
+            headers=headers,
+            extensions=extensions,
+        )
+
+    async def _body(self, ref: ImageRef, response: httpx.Response) -> bytes:
+        limit = self.limits.max_bytes
+        if response.status_code != 200:
+            raise ImageError(
+                ref,
+                f"fetching the image returned HTTP {response.status_code}.",
+                "image_fetch_failed",
+            )
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _too_large(ref, limit)
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(ref, limit)
+        return bytes(body)
+
+
+def decode_data_uri(ref: ImageRef, max_bytes: int) -> bytes:
+    header, comma, payload = ref.url[len("data:") :].partition(",")
+    if not comma:
+        raise ImageError(ref, "malformed data URI (no comma).", "invalid_image_url")
+    media_type, *params = [item.strip().lower() for item in header.split(";")]
+    if "base64" not in params:
+        raise ImageError(ref, "data URIs must be base64-encoded (`;base64,`).", "invalid_image_url")
+    if media_type and not media_type.startswith("image/"):
+        raise ImageError(
+            ref, f"the data URI's media type `{media_type}` is not an image.", "invalid_image"
+        )
+    payload = "".join(payload.split())  # line breaks some encoders insert
+    if len(payload) // 4 * 3 > max_bytes + 2:
+        raise _too_large(ref, max_bytes)
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageError(ref, "the data URI is not valid base64.", "invalid_image") from None
+    if len(data) > max_bytes:
+        raise _too_large(ref, max_bytes)
+    return data
+
+
+def decode_image(ref: ImageRef, data: bytes, max_pixels: int) -> Image.Image:
+    """Bytes -> an RGB image. The pixel limit is checked on the header, before decoding."""
+    try:
+        # Opening reads the header only. Pillow's own bomb check (Image.MAX_IMAGE_PIXELS)
+        # raises for a header over twice its limit; ours is usually lower and checked here.
+        image = Image.open(io.BytesIO(data), formats=FORMATS)
+        width, height = image.size
+        if width * height > max_pixels:
+            raise _too_many_pixels(ref, width, height, max_pixels)
+        image.seek(0)  # animated GIF/WebP: the first frame
+        image.load()
+    except Image.DecompressionBombError:
+        raise ImageError(
+            ref, f"the image has more than {max_pixels} pixels.", "image_too_large"
+        ) from None
+    except UnidentifiedImageError:
+        raise ImageError(
+            ref,
+            "the data is not an image in a supported format (PNG, JPEG, WebP, GIF).",
+            "invalid_image",
+        ) from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageError(ref, f"the image could not be decoded ({exc}).", "invalid_image") from None
+    return _rgb(image)
+
+
+def _rgb(image: Image.Image) -> Image.Image:
+    if image.mode == "RGB":
+        return image
+    if image.mode == "P":
+        image = image.convert("RGBA")
+    if image.mode in ("RGBA", "LA", "PA"):
+        # Transparent pixels over white, not over whatever colour they hide.
+        rgba = image.convert("RGBA")
+        canvas = Image.new("RGB", rgba.size, (255, 255, 255))
+        canvas.paste(rgba, mask=rgba.getchannel("A"))
+        return canvas
+    return image.convert("RGB")
+
+
+def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """A globally routable unicast address (not private, loopback, link-local, shared,
+    reserved, multicast or unspecified), IPv4-mapped IPv6 judged as its IPv4 address."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+@cache
+def _ssl_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _too_large(ref: ImageRef, limit: int) -> ImageError:
+    return ImageError(ref, f"the image is larger than {limit} bytes.", "image_too_large")
+
+
+def _too_many_pixels(ref: ImageRef, width: int, height: int, limit: int) -> ImageError:
+    return ImageError(
+        ref,
+        f"the image is {width}x{height} pixels, over the limit of {limit} pixels.",
+        "image_too_large",
+    )

@@ -1,0 +1,379 @@
+"""The image loader: every accepted format, and every failure as a 400 naming its part."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from app.errors import InvalidRequest
+from app.schemas.chat import ImagePart, ImageURL, TextPart, UserMessage
+from app.services.images import ImageLimits, ImageLoader, is_public, template_content
+from engine.errors import EngineUnavailable
+from engine.scripted import ScriptedEngine
+from tests.images import (
+    Route,
+    data_uri,
+    encode,
+    gif_two_frames,
+    image_server,
+    png,
+    png_header_only,
+)
+
+VISION = ScriptedEngine(supports_vision=True)
+PRIVATE_OK = ImageLimits(allow_private=True)
+
+
+def user(*parts: str | tuple[str, str]) -> UserMessage:
+    """A user message: strings are text parts, ("img", url) tuples image parts."""
+    content: list[TextPart | ImagePart] = []
+    for part in parts:
+        if isinstance(part, tuple):
+            content.append(ImagePart(ImageURL(part[1])))
+        else:
+            content.append(TextPart(part))
+    return UserMessage(content=content)
+
+
+async def load(*urls: str, limits: ImageLimits = PRIVATE_OK, **loader: Any) -> list[Any]:
+    """Load `urls` as the image parts 1.. of message 1 (message 0 is text only)."""
+    messages = [UserMessage("hello"), user("look:", *(("img", url) for url in urls))]
+    images = await ImageLoader(limits, **loader).load(messages, VISION)
+    return [item.image for item in images]
+
+
+async def fails(*urls: str, limits: ImageLimits = PRIVATE_OK, **loader: Any) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as caught:
+        await load(*urls, limits=limits, **loader)
+    error = caught.value
+    assert error.status_code == 400
+    assert error.error_type == "invalid_request_error"
+    return error
+
+
+# ---------------------------------------------------------------- formats
+
+
+@pytest.mark.parametrize(
+    ("fmt", "options"),
+    [("PNG", {}), ("JPEG", {"quality": 95}), ("WEBP", {"lossless": True}), ("GIF", {})],
+)
+async def test_each_format_from_a_data_uri(fmt: str, options: dict[str, Any]) -> None:
+    data = encode(Image.new("RGB", (20, 10), (200, 30, 30)), fmt, **options)
+    (image,) = await load(data_uri(data, f"image/{fmt.lower()}"))
+    assert image.mode == "RGB"
+    assert image.size == (20, 10)
+    red, green, blue = image.getpixel((5, 5))
+    assert red > 150 and green < 80 and blue < 80
+
+
+async def test_gif_gives_its_first_frame() -> None:
+    (image,) = await load(data_uri(gif_two_frames(), "image/gif"))
+    assert image.mode == "RGB"
+    red, _, blue = image.getpixel((8, 8))
+    assert red > 200 and blue < 50  # the red first frame, not the blue second
+
+
+async def test_transparency_goes_over_white() -> None:
+    data = encode(Image.new("RGBA", (4, 4), (0, 0, 0, 0)), "PNG")
+    (image,) = await load(data_uri(data))
+    assert image.getpixel((1, 1)) == (255, 255, 255)
+
+
+async def test_media_type_may_be_left_out_and_base64_may_wrap() -> None:
+    encoded = base64.encodebytes(png()).decode()  # line breaks every 76 characters
+    assert "\n" in encoded.strip()
+    (image,) = await load(f"data:;base64,{encoded}")
+    assert image.size == (32, 24)
+
+
+async def test_url_and_data_uri_in_order() -> None:
+    with image_server({"/a.png": Route(png((8, 8), "blue"))}) as server:
+        first, second = await load(server.url("/a.png"), data_uri(png((9, 9))))
+    assert first.size == (8, 8) and first.getpixel((0, 0)) == (0, 0, 255)
+    assert second.size == (9, 9)
+    assert [path for path, _ in server.hits] == ["/a.png"]
+
+
+async def test_redirects_are_followed() -> None:
+    with image_server() as server:
+        server.routes["/old"] = Route(status=302, location=server.url("/new.png"))
+        server.routes["/new.png"] = Route(png((5, 5)))
+        (image,) = await load(server.url("/old"))
+    assert image.size == (5, 5)
+
+
+async def test_the_resolved_address_is_the_one_connected_to() -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        assert host == "images.example"
+        return ["127.0.0.1"]
+
+    with image_server({"/x.png": Route(png())}) as server:
+        url = f"http://images.example:{server.port}/x.png"
+        (image,) = await load(url, resolver=resolve)
+    assert image.size == (32, 24)
+    assert server.hits == [("/x.png", f"images.example:{server.port}")]
+
+
+def test_template_content_keeps_images_in_place() -> None:
+    message = user("a", ("img", "data:,"), "b")
+    assert template_content(message.content) == [
+        {"type": "text", "text": "a"},
+        {"type": "image"},
+        {"type": "text", "text": "b"},
+    ]
+    assert template_content([TextPart("a"), TextPart("b")]) == "a\nb"
+    assert template_content("plain") == "plain"
+
+
+# ---------------------------------------------------------------- failures
+
+
+async def test_bad_base64() -> None:
+    error = await fails("data:image/png;base64,not*base64!")
+    assert error.param == "messages[1].content[1].image_url"
+    assert error.code == "invalid_image"
+    assert "base64" in error.message
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("data:image/png;base64", "invalid_image_url"),  # no comma
+        ("data:image/png,rawbytes", "invalid_image_url"),  # not base64
+        (data_uri(png(), "text/plain"), "invalid_image"),  # not an image type
+        ("ftp://example.com/a.png", "invalid_image_url"),
+        ("file:///etc/passwd", "invalid_image_url"),
+        ("just-a-path.png", "invalid_image_url"),
+    ],
+)
+async def test_malformed_urls(url: str, code: str) -> None:
+    error = await fails(url)
+    assert (error.param, error.code) == ("messages[1].content[1].image_url", code)
+
+
+async def test_not_an_image() -> None:
+    error = await fails(data_uri(b"<html>hello</html>"))
+    assert error.code == "invalid_image"
+    assert "not an image" in error.message
+
+
+async def test_unsupported_format() -> None:
+    error = await fails(data_uri(encode(Image.new("RGB", (4, 4)), "BMP"), "image/bmp"))
+    assert error.code == "invalid_image"
+    assert "PNG, JPEG, WebP, GIF" in error.message
+
+
+async def test_truncated_image() -> None:
+    data = encode(Image.effect_noise((64, 64), 50).convert("RGB"), "PNG")
+    error = await fails(data_uri(data[: len(data) // 2]))
+    assert error.code == "invalid_image"
+    assert "could not be decoded" in error.message
+
+
+async def test_too_many_bytes_in_a_data_uri() -> None:
+    limits = ImageLimits(allow_private=True, max_bytes=1000)
+    error = await fails(data_uri(b"\x00" * 5000), limits=limits)
+    assert (error.code, error.param) == ("image_too_large", "messages[1].content[1].image_url")
+
+
+async def test_too_many_pixels() -> None:
+    limits = ImageLimits(allow_private=True, max_pixels=100)
+    error = await fails(data_uri(png((20, 20))), limits=limits)
+    assert error.code == "image_too_large"
+    assert "20x20" in error.message
+
+
+async def test_decompression_bomb_refused_on_its_header() -> None:
+    # 100000 x 100000 pixels claimed, none present: refused as too large, not as truncated,
+    # so the limit is checked before decoding.
+    error = await fails(data_uri(png_header_only(100_000, 100_000)))
+    assert error.code == "image_too_large"
+    assert "pixels" in error.message
+
+
+async def test_too_large_by_content_length() -> None:
+    limits = ImageLimits(allow_private=True, max_bytes=1000)
+    with image_server({"/big.png": Route(b"\x00" * 5000)}) as server:
+        error = await fails(server.url("/big.png"), limits=limits)
+    assert error.code == "image_too_large"
+
+
+async def test_too_large_while_streaming() -> None:
+    limits = ImageLimits(allow_private=True, max_bytes=10_000)
+    with image_server({"/big.png": Route(b"\x00" * 100_000, chunked=True)}) as server:
+        error = await fails(server.url("/big.png"), limits=limits)
+    assert error.code == "image_too_large"
+
+
+async def test_http_error_status() -> None:
+    with image_server() as server:
+        error = await fails(server.url("/missing.png"))
+    assert error.code == "image_fetch_failed"
+    assert "HTTP 404" in error.message
+
+
+async def test_not_an_image_over_http() -> None:
+    with image_server({"/page": Route(b"<html></html>", content_type="text/html")}) as server:
+        error = await fails(server.url("/page"))
+    assert error.code == "invalid_image"
+
+
+async def test_unreachable() -> None:
+    with image_server() as server:
+        port = server.port  # closed once the server is gone
+    error = await fails(f"http://127.0.0.1:{port}/a.png")
+    assert error.code == "image_fetch_failed"
+    assert error.param == "messages[1].content[1].image_url"
+
+
+async def test_unresolvable_host() -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        raise OSError("Name or service not known")
+
+    error = await fails("http://nowhere.invalid/a.png", resolver=resolve)
+    assert error.code == "image_fetch_failed"
+    assert "could not be resolved" in error.message
+
+
+async def test_timeout() -> None:
+    limits = ImageLimits(allow_private=True, fetch_timeout_s=0.3)
+    with image_server({"/slow.png": Route(png(), delay_s=3)}) as server:
+        started = time.monotonic()
+        error = await fails(server.url("/slow.png"), limits=limits)
+        assert time.monotonic() - started < 2
+    assert error.code == "image_fetch_timeout"
+    assert "0.3 s" in error.message
+
+
+async def test_too_many_redirects() -> None:
+    with image_server() as server:
+        server.routes["/loop"] = Route(status=302, location=server.url("/loop"))
+        error = await fails(server.url("/loop"))
+    assert error.code == "image_fetch_failed"
+    assert "redirects" in error.message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/a.png",
+        "http://10.1.2.3/a.png",
+        "http://192.168.0.10/a.png",
+        "http://169.254.169.254/latest/meta-data",
+        "http://100.64.0.1/a.png",
+        "http://0.0.0.0/a.png",
+        "http://[::1]/a.png",
+        "http://[fe80::1]/a.png",
+        "http://[fd00::1]/a.png",
+        "http://[::ffff:127.0.0.1]/a.png",
+    ],
+)
+async def test_private_addresses_refused_by_default(url: str) -> None:
+    error = await fails(url, limits=ImageLimits())
+    assert error.code == "image_url_not_allowed"
+    assert error.param == "messages[1].content[1].image_url"
+
+
+async def test_a_name_resolving_to_a_private_address_is_refused() -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["93.184.216.34", "127.0.0.1"]  # any private answer refuses it
+
+    with image_server({"/a.png": Route(png())}) as server:
+        error = await fails(
+            f"http://sneaky.example:{server.port}/a.png", limits=ImageLimits(), resolver=resolve
+        )
+    assert error.code == "image_url_not_allowed"
+    assert server.hits == []
+
+
+async def test_a_redirect_to_a_private_address_is_refused() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(302, headers={"Location": "http://127.0.0.1/secret.png"})
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["93.184.216.34"]
+
+    error = await fails(
+        "http://public.example/a.png",
+        limits=ImageLimits(),
+        resolver=resolve,
+        transport=httpx.MockTransport(handler),
+    )
+    assert error.code == "image_url_not_allowed"
+    assert len(seen) == 1
+    assert seen[0].url.host == "93.184.216.34"
+    assert seen[0].headers["Host"] == "public.example"
+
+
+def test_is_public() -> None:
+    import ipaddress
+
+    assert is_public(ipaddress.ip_address("93.184.216.34"))
+    assert is_public(ipaddress.ip_address("2606:4700::1111"))
+    for private in ("127.0.0.1", "10.0.0.1", "172.16.0.1", "169.254.1.1", "224.0.0.1", "::1"):
+        assert not is_public(ipaddress.ip_address(private))
+
+
+async def test_first_failure_cancels_the_rest() -> None:
+    # A slow fetch and one that fails later: the error comes at once and names the bad
+    # part, and the fetch that was under way is cancelled, leaving no task behind.
+    routes = {"/slow.png": Route(png(), delay_s=3), "/gone": Route(status=404, delay_s=0.3)}
+    with image_server(routes) as server:
+        started = time.monotonic()
+        error = await fails(server.url("/slow.png"), server.url("/gone"))
+        elapsed = time.monotonic() - started
+        assert sorted(path for path, _ in server.hits) == ["/gone", "/slow.png"]
+    assert error.param == "messages[1].content[2].image_url"
+    assert error.code == "image_fetch_failed"
+    assert elapsed < 1.5
+    leftover = [t for t in asyncio.all_tasks() if "load_one" in repr(t.get_coro())]
+    assert leftover == []
+
+
+async def test_malformed_parts_fail_before_any_fetch() -> None:
+    with image_server({"/a.png": Route(png())}) as server:
+        error = await fails(server.url("/a.png"), data_uri(b"x"), "data:image/png;base64,!!!")
+    assert error.param == "messages[1].content[3].image_url"
+    assert server.hits == []
+
+
+# ---------------------------------------------------------------- request-level checks
+
+
+async def test_too_many_images_names_the_first_over_the_limit() -> None:
+    limits = ImageLimits(allow_private=True, max_images=2)
+    error = await fails(*[data_uri(png())] * 3, limits=limits)
+    assert (error.code, error.param) == ("too_many_images", "messages[1].content[3].image_url")
+
+
+async def test_model_without_vision_refused_before_any_fetch() -> None:
+    with image_server({"/a.png": Route(png())}) as server:
+        messages = [user("what is it?", ("img", server.url("/a.png")))]
+        loader = ImageLoader(PRIVATE_OK)
+        with pytest.raises(InvalidRequest) as caught:
+            await loader.load(messages, ScriptedEngine())
+    assert caught.value.code == "image_input_not_supported"
+    assert caught.value.param == "messages[0].content[1].image_url"
+    assert "does not accept image input" in caught.value.message
+    assert server.hits == []
+
+
+async def test_engine_not_ready() -> None:
+    with pytest.raises(EngineUnavailable):
+        await ImageLoader().load(
+            [user(("img", data_uri(png())))], ScriptedEngine(ready=False, supports_vision=True)
+        )
+
+
+async def test_no_images_no_work() -> None:
+    assert await ImageLoader().load([UserMessage("hi")], ScriptedEngine()) == []
