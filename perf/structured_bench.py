@@ -248,6 +248,8 @@ def table(summary: dict[str, Any]) -> str:
     ]
     for run_name, result in summary.items():
         server, _, variant = run_name.partition(":")
+        variant, _, label = variant.partition("-")
+        server = f"{server} ({label})" if label else server
         for mode, f in result["modes"].items():
             tools = "—" if mode == "json_schema" else variant
             share = f"{100 * f['valid'] / f['n']:.0f}%"
@@ -261,6 +263,16 @@ def table(summary: dict[str, Any]) -> str:
                 f"| {f['errors']} | {f['length']} | {finished} | {called} | {valid_of_calls} |"
             )
     return "\n".join(lines)
+
+
+def recounted(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary recounted from the records (the figures may have grown since)."""
+    out = {}
+    for run_name, result in summary.items():
+        path = OUT / f"structured_{run_name.replace(':', '_')}.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        out[run_name] = summarize(records, result["wall_s"])
+    return out
 
 
 def main() -> None:
@@ -280,11 +292,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     summary = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
     if args.report:
-        for run_name in summary:  # recount from the records (the table may have grown)
-            path = OUT / f"structured_{run_name.replace(':', '_')}.jsonl"
-            records = [json.loads(line) for line in path.read_text().splitlines()]
-            summary[run_name] = summarize(records, summary[run_name]["wall_s"])
-        print(table(summary))
+        print(table(recounted(summary)))
         return
     modes = tuple(m for m in args.modes.split(",") if m)
     for server in args.servers.split(","):
@@ -319,7 +327,7 @@ def main() -> None:
         finally:
             if context:
                 context.__exit__()
-    print(table(summary))
+    print(table(recounted(summary)))
 
 
 if __name__ == "__main__":
