@@ -1,10 +1,7 @@
 """response_format and tools -> xgrammar constraints (through vLLM's structured outputs).
 
-A grammar alone does not make a small model's output valid: an unbounded
-integer, string or array lets it run on until `max_tokens` cuts the JSON off
-(measured on SmolLM2). So every schema is tightened before it is compiled:
-strings, arrays and numbers get bounds and objects lose undeclared properties.
-A document valid for the tightened schema is valid for the original one.
+Every schema is bounded first (`engine.schema_bounds`), to fit the request's
+output budget: a grammar alone does not make a small model's output valid.
 """
 
 from __future__ import annotations
@@ -14,68 +11,11 @@ from typing import Any
 
 from engine.errors import EngineRequestError
 from engine.protocol import GenerateRequest
-
-MAX_STRING = 200
-MAX_ITEMS = 16
-MAX_PROPERTIES_FREE = 8  # objects that declare no properties
-INTEGER_BOUND = 10**9
-NUMBER_BOUND = 1e9
-
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
-_SUBSCHEMA_SINGLE = ("items", "not", "if", "then", "else", "contains")
-
-
-def tighten(schema: Any) -> Any:
-    """A copy of `schema` whose every unbounded string, array, number and object is bounded."""
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [tighten(s) for s in out[key]]
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: tighten(s) for name, s in out[key].items()}
-    for key in _SUBSCHEMA_SINGLE:
-        if isinstance(out.get(key), dict):
-            out[key] = tighten(out[key])
-    if isinstance(out.get("additionalProperties"), dict):
-        out["additionalProperties"] = tighten(out["additionalProperties"])
-    if "enum" in out or "const" in out:
-        return out
-    types = out.get("type")
-    kinds = set(types) if isinstance(types, list) else {types}
-    if "string" in kinds and "maxLength" not in out and "format" not in out:
-        out["maxLength"] = max(MAX_STRING, out.get("minLength", 0))
-    if "array" in kinds and "maxItems" not in out:
-        out["maxItems"] = max(MAX_ITEMS, out.get("minItems", 0))
-    if "integer" in kinds:
-        out.setdefault("minimum", -INTEGER_BOUND)
-        out.setdefault("maximum", INTEGER_BOUND)
-    elif "number" in kinds:
-        out.setdefault("minimum", -NUMBER_BOUND)
-        out.setdefault("maximum", NUMBER_BOUND)
-    if "object" in kinds and "additionalProperties" not in out:
-        out["additionalProperties"] = False if "properties" in out else _ANY_SCALAR
-        if "properties" not in out:
-            out.setdefault("maxProperties", MAX_PROPERTIES_FREE)
-    return out
-
-
-# What `json_object` admits as a property value: short scalars and flat lists.
-_ANY_SCALAR: dict[str, Any] = {
-    "anyOf": [
-        {"type": "string", "maxLength": 80},
-        {"type": "integer", "minimum": -INTEGER_BOUND, "maximum": INTEGER_BOUND},
-        {"type": "number", "minimum": -NUMBER_BOUND, "maximum": NUMBER_BOUND},
-        {"type": "boolean"},
-        {"type": "null"},
-        {"type": "array", "maxItems": MAX_ITEMS, "items": {"type": "string", "maxLength": 60}},
-    ]
-}
+from engine.schema_bounds import fit_to_budget, tighten
 
 JSON_OBJECT_SCHEMA = tighten({"type": "object"})
+# Tokens a tool call's envelope takes besides its arguments (`<tool_call>`, the name...).
+TOOL_CALL_ENVELOPE_TOKENS = 32
 
 
 def check_schema(schema: dict[str, Any], param: str) -> None:
@@ -91,17 +31,20 @@ def check_schema(schema: dict[str, Any], param: str) -> None:
         ) from None
 
 
-def json_schema_constraint(schema: dict[str, Any] | None) -> Any:
+def json_schema_constraint(schema: dict[str, Any] | None, budget_tokens: int | None) -> Any:
     """StructuredOutputsParams for response_format json_schema (None: json_object)."""
     from vllm.sampling_params import StructuredOutputsParams
 
-    target = JSON_OBJECT_SCHEMA if schema is None else tighten(schema)
+    target = fit_to_budget({"type": "object"} if schema is None else schema, budget_tokens)
     # The engine is built with disable_any_whitespace: no free whitespace in the JSON.
     return StructuredOutputsParams(json=json.dumps(target))
 
 
-def constraint_for(request: GenerateRequest, tool_parser: str) -> Any:
-    """The structured-output constraint of a request, or None when its output is free."""
+def constraint_for(
+    request: GenerateRequest, tool_parser: str, budget_tokens: int | None = None
+) -> Any:
+    """The structured-output constraint of a request, or None when its output is free.
+    `budget_tokens`: the most tokens the output may take (its `max_tokens`)."""
     from engine.tool_calls import ToolRequest, structural_tag
 
     calls_tools = bool(request.tools) and request.tool_choice != "none"
@@ -115,10 +58,13 @@ def constraint_for(request: GenerateRequest, tool_parser: str) -> Any:
         tool_request = ToolRequest(
             request.tools or [], request.tool_choice, request.parallel_tool_calls
         )
-        return structural_tag(tool_request, tool_parser)
+        arguments_budget = None
+        if budget_tokens is not None:
+            arguments_budget = max(16, budget_tokens - TOOL_CALL_ENVELOPE_TOKENS)
+        return structural_tag(tool_request, tool_parser, arguments_budget)
     if request.response_format is not None:
         schema = request.response_format.schema
         if schema is not None:
             check_schema(schema, "response_format.json_schema.schema")
-        return json_schema_constraint(schema)
+        return json_schema_constraint(schema, budget_tokens)
     return None

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.errors import EngineRequestError
 from engine.protocol import ToolCallDelta
-from engine.structured import tighten
+from engine.schema_bounds import fit_to_budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,9 @@ class ToolRequest:
     parallel_tool_calls: bool = True
 
 
-def structural_tag(request: ToolRequest, parser_name: str) -> Any:
+def structural_tag(
+    request: ToolRequest, parser_name: str, arguments_budget: int | None = None
+) -> Any:
     """StructuredOutputsParams holding the structural tag for this request's tools."""
     from vllm.entrypoints.openai.chat_completion.protocol import (
         ChatCompletionNamedToolChoiceParam,
@@ -47,7 +49,10 @@ def structural_tag(request: ToolRequest, parser_name: str) -> Any:
             f"`{parser_name}` tool-call format.",
             param="tool_choice",
         )
-    tools = [ChatCompletionToolsParam.model_validate(_tightened(t)) for t in request.tools]
+    tools = [
+        ChatCompletionToolsParam.model_validate(_tightened(t, arguments_budget))
+        for t in request.tools
+    ]
     choice: Any = request.tool_choice
     if isinstance(choice, dict):
         choice = ChatCompletionNamedToolChoiceParam.model_validate(choice)
@@ -62,6 +67,7 @@ def structural_tag(request: ToolRequest, parser_name: str) -> Any:
         return None
     if not request.parallel_tool_calls:
         tag = limit_to_single_tool_call(tag)
+    _limit_whitespace(tag)
     return StructuredOutputsParams(structural_tag=tag.model_dump_json())
 
 
@@ -76,10 +82,29 @@ def structural_tag_model(parser_name: str) -> str | None:
     return getattr(parser_class, "structural_tag_model", None)
 
 
-def _tightened(tool: dict[str, Any]) -> dict[str, Any]:
+def _tightened(tool: dict[str, Any], budget: int | None) -> dict[str, Any]:
     function = dict(tool["function"])
-    function["parameters"] = tighten(function.get("parameters") or {"type": "object"})
+    function["parameters"] = fit_to_budget(function.get("parameters") or {"type": "object"}, budget)
     return {"type": "function", "function": function}
+
+
+def _limit_whitespace(tag: Any) -> None:
+    """At most one whitespace character in a row inside arguments, in place: free
+    indentation is where small models spend their budget."""
+    from pydantic import BaseModel
+    from xgrammar.structural_tag import JSONSchemaFormat
+
+    def visit(node: Any) -> None:
+        if isinstance(node, JSONSchemaFormat):
+            node.max_whitespace_cnt = 1
+        if isinstance(node, BaseModel):
+            for name in type(node).model_fields:
+                visit(getattr(node, name))
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                visit(item)
+
+    visit(tag)
 
 
 class ToolCallStream:

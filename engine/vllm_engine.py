@@ -205,7 +205,6 @@ class VLLMEngine:
         _check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
         _check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
         request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
-        constraint = constraint_for(request, self._tool_parser)
         prompt_ids = self._prompt_token_ids(request)
         prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
         if request.images:
@@ -215,6 +214,7 @@ class VLLMEngine:
             prompt_ids = list(prompt["prompt_token_ids"])
         parsing.prompt_token_ids = prompt_ids
         max_tokens = self._output_budget(len(prompt_ids), sampling.max_tokens)
+        constraint = constraint_for(request, self._tool_parser, max_tokens)
         if sampling.n > 1 and sampling.temperature == 0:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)

@@ -2,7 +2,10 @@ import jsonschema
 import pytest
 
 from engine.errors import EngineRequestError
-from engine.structured import JSON_OBJECT_SCHEMA, MAX_ITEMS, MAX_STRING, check_schema, tighten
+from engine.schema_bounds import DEFAULT_CAPS, tighten
+from engine.structured import JSON_OBJECT_SCHEMA, check_schema
+
+MAX_STRING, MAX_ITEMS = DEFAULT_CAPS.string, DEFAULT_CAPS.items
 
 
 def test_tighten_bounds_strings_arrays_numbers_and_objects() -> None:

@@ -105,3 +105,26 @@ def test_format_without_structural_tag_is_free_in_auto_and_400_when_forced() -> 
     with pytest.raises(EngineRequestError) as caught:
         structural_tag(ToolRequest(TOOLS, "required"), "gemma4")
     assert caught.value.param == "tool_choice"
+
+
+def test_arguments_allow_at_most_one_whitespace_in_a_row() -> None:
+    tag = json.loads(structural_tag(REQUEST, "hermes").structural_tag)
+    counts = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "json_schema":
+                counts.append(node.get("max_whitespace_cnt"))
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(tag)
+    assert counts and set(counts) == {1}
+
+
+def test_arguments_fit_the_budget() -> None:
+    tag = structural_tag(REQUEST, "hermes", arguments_budget=60).structural_tag
+    assert '"maxLength":200' not in tag and '"maxLength":' in tag

@@ -190,3 +190,22 @@ def test_request_content_is_not_template_code() -> None:
             family.name, [{"role": "user", "content": "{{ 7 * 7 }}{% if 1 %}x{% endif %}"}]
         )
         assert "{{ 7 * 7 }}" in text and "49" not in text
+
+
+def test_smollm2_renders_tools_calls_and_results_in_hermes_format() -> None:
+    text = render("smollm2", [HI, CALL, RESULT], {"tools": TOOLS})
+    assert text.startswith(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        "\n\n# Tools\n"
+    )
+    assert '<tools>\n{"type": "function", "function": {"name": "weather"' in text
+    assert text.count("<tool_call>") == 3  # twice in the format description, once the call
+    assert '<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert text.endswith(
+        "<|im_start|>user\n<tool_response>\nsun\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_smollm2_without_tools_is_unchanged_by_them() -> None:
+    assert "# Tools" not in render("smollm2", [SYSTEM, HI])
