@@ -41,5 +41,27 @@ format: $(STAMP)
 test: model lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# Micro-benchmarks (perf/test_*.py), compared with the committed baseline: fails when a
+# median is over 25% slower (see README, "Benchmarks"). BENCH_ARGS adds pytest options.
+BENCH_ARGS ?=
+BENCH_OPTS := -q -p no:cacheprovider --benchmark-warmup=on --benchmark-min-rounds=50 \
+	--benchmark-max-time=0.5 --benchmark-sort=name --benchmark-columns=min,median,iqr,rounds
+BENCH_BASELINE := perf/baselines/baseline.json
+
+bench: $(STAMP)
+	@mkdir -p perf/out
+	$(BIN)/python -m pytest perf $(BENCH_OPTS) --benchmark-json=perf/out/bench.json $(BENCH_ARGS)
+	$(BIN)/python -m perf.compare $(BENCH_BASELINE) perf/out/bench.json
+
+bench-save: $(STAMP)
+	@mkdir -p perf/out
+	$(BIN)/python -m pytest perf $(BENCH_OPTS) --benchmark-json=perf/out/bench.json $(BENCH_ARGS)
+	$(BIN)/python -m perf.compare --record perf/out/bench.json $(BENCH_BASELINE)
+
+# Side-by-side load benchmark against `vllm serve` (minutes; see perf/RESULTS.md).
+LOAD_ARGS ?=
+load: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load $(LOAD_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks

@@ -1,0 +1,1 @@
+"""Performance suite: micro-benchmarks, the load harness and the frontend ceiling."""
