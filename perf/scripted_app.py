@@ -1,0 +1,48 @@
+"""Our app over a ScriptedEngine (tokens instantly), served by granian exactly as
+`lilac-serve serve` serves the real one: the frontend ceiling's server.
+
+    python -m perf.scripted_app --port 8011     # granian factory: perf.scripted_app:create
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from litestar import Litestar
+
+from app.main import create_app
+from engine.scripted import ScriptedEngine
+
+MODEL = "scripted"
+# Short words, like a tokenizer's pieces; cycled when a request sets ignore_eos.
+TOKENS = ("Hello", ",", " world", "!", " The", " quick", " brown", " fox")
+
+
+def create() -> Litestar:
+    return create_app(engine=ScriptedEngine(TOKENS, served_names=(MODEL,), max_model_len=1 << 20))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from granian import Granian
+    from granian.constants import Interfaces, Loops
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8011)
+    args = parser.parse_args(argv)
+    Granian(  # the same options as app.cli.serve
+        "perf.scripted_app:create",
+        factory=True,
+        address=args.host,
+        port=args.port,
+        interface=Interfaces.ASGI,
+        workers=1,
+        loop=Loops.uvloop,
+        log_level="warning",
+    ).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
