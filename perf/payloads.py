@@ -37,8 +37,7 @@ def long_history_request(turns: int = 50) -> dict[str, Any]:
 
 
 def tools_request(count: int = 8) -> dict[str, Any]:
-    """A plain request with `count` function tools. Until the schema knows `tools`, the
-    decoder skips the field as unknown: this measures skipping it, not validating it."""
+    """A plain request with `count` function tools (strict, with JSON-schema parameters)."""
     tools = [
         {
             "type": "function",

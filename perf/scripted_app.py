@@ -12,6 +12,7 @@ import sys
 from litestar import Litestar
 
 from app.main import create_app
+from app.settings import Settings
 from engine.scripted import ScriptedEngine
 
 MODEL = "scripted"
@@ -19,8 +20,13 @@ MODEL = "scripted"
 TOKENS = ("Hello", ",", " world", "!", " The", " quick", " brown", " fox")
 
 
+# Admission limits out of the way: the ceiling measures the HTTP path, not the queue.
+SETTINGS = Settings(max_concurrent=4096, max_queued=4096, max_queued_per_client=4096)
+
+
 def create() -> Litestar:
-    return create_app(engine=ScriptedEngine(TOKENS, served_names=(MODEL,), max_model_len=1 << 20))
+    engine = ScriptedEngine(TOKENS, served_names=(MODEL,), max_model_len=1 << 20)
+    return create_app(SETTINGS, engine=engine)
 
 
 def main(argv: list[str] | None = None) -> int:
