@@ -1,10 +1,6 @@
 """Micro-benchmarks of the per-request and per-token hot paths (no I/O).
 
 Run with `make bench` (or `pytest perf`); `pytest` alone does not collect them.
-
-Not benchmarked yet: the output parser per delta (engine/parsing.py) and one admission
-decision (engine/admission.py), which landed on main after this suite was written. Add
-`test_parse_delta` and `test_admission_decision` here.
 """
 
 from __future__ import annotations
@@ -61,3 +57,55 @@ def test_render_template_short(benchmark: Any) -> None:
 def test_render_template_long_history(benchmark: Any) -> None:
     messages = payloads.template_messages(payloads.long_history_request())
     benchmark(render_chat, payloads.SMOLLM2_TEMPLATE, messages, special_tokens=SPECIAL)
+
+
+TOOL_CALL_TEXT = (
+    'Let me check.<tool_call>\n{"name": "get_weather", "arguments": '
+    '{"city": "Paris", "unit": "celsius", "days": 3}}\n</tool_call>'
+)
+
+
+def _tool_call_parser() -> Any:
+    from transformers import AutoTokenizer
+
+    from engine.models import default_model_dir
+    from engine.tool_calls import ToolCallStream, ToolRequest
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    pieces = [tokenizer.decode([t]) for t in tokenizer.encode(TOOL_CALL_TEXT)]
+    ids = [[t] for t in tokenizer.encode(TOOL_CALL_TEXT)]
+    return lambda: ToolCallStream("hermes", ToolRequest(tools, "auto"), tokenizer), pieces, ids
+
+
+def test_parse_tool_call_stream(benchmark: Any) -> None:
+    """The output parser over one streamed tool call (vLLM's hermes parser): divide by
+    extra_info["deltas"] for the cost per delta."""
+    make, pieces, ids = _tool_call_parser()
+
+    def parse() -> None:
+        stream = make()
+        for piece, piece_ids in zip(pieces, ids, strict=True):
+            stream.feed(piece, piece_ids)
+        stream.finish()
+
+    benchmark.extra_info["deltas"] = len(pieces)
+    benchmark(parse)
+
+
+def test_admission_decision(benchmark: Any) -> None:
+    """One admission decision and its release: estimate, offer to the queue, release."""
+    from engine.admission import Policy
+    from engine.admission_queue import AdmissionQueue, Ticket, estimate_tokens
+
+    queue = AdmissionQueue(Policy(), kv_budget_tokens=100_000)
+    messages = payloads.template_messages(payloads.plain_request())
+    counter = iter(range(10**9))
+
+    def decide() -> None:
+        tokens = estimate_tokens(messages, None, 64, 2048)
+        ticket = Ticket(next(counter), "client-a", 0, tokens, 0.0, 30.0)
+        queue.offer(ticket, cap=16)
+        queue.release(ticket.id)
+
+    benchmark(decide)
