@@ -17,10 +17,9 @@ from engine.errors import (
     EngineUnavailable,
 )
 from engine.families import Family
-from engine.logprobs import convert_prompt_logprobs, convert_sample_logprobs
+from engine.logprobs import convert_prompt_logprobs
 from engine.parsing import OutputParsing, RequestParsing
 from engine.protocol import (
-    ChoiceDelta,
     GenerateOutput,
     GenerateRequest,
     ImageInput,
@@ -32,6 +31,13 @@ from engine.structured import constraint_for
 from engine.templates import load_template_file, render_chat
 from engine.tool_calls import ToolCallStream, ToolRequest
 from engine.vllm_config import EngineConfig, build_async_llm
+from engine.vllm_outputs import (
+    check_token_ids,
+    choice_delta,
+    kv_cache_tokens,
+    parse_tool_calls,
+    takes_images,
+)
 
 log = logging.getLogger("lilac.engine")
 
@@ -72,8 +78,8 @@ class VLLMEngine:
             created=int(time.time()),
             root=self._config.model,
             vocab_size=model_config.get_vocab_size(),
-            kv_cache_tokens=_kv_cache_tokens(llm),
-            supports_vision=_takes_images(llm),
+            kv_cache_tokens=kv_cache_tokens(llm),
+            supports_vision=takes_images(llm),
         )
         self.bind_family(self._config.family_record, self._config.chat_template)
         self._llm = llm
@@ -195,15 +201,15 @@ class VLLMEngine:
     def detokenize(self, token_ids: list[int]) -> str:
         if not self.is_ready():
             raise EngineUnavailable("The model is still loading.")
-        _check_token_ids(token_ids, self.model.vocab_size, "tokens")
+        check_token_ids(token_ids, self.model.vocab_size, "tokens")
         return self._tokenizer.decode(token_ids)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
         if not self.is_ready():
             raise EngineUnavailable("The model is still loading.")
         sampling = request.sampling
-        _check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
-        _check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
+        check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
+        check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
         request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
         prompt_ids = self._prompt_token_ids(request)
         prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
@@ -306,7 +312,7 @@ class VLLMEngine:
                     )
                 first = False
                 choices = [
-                    parsing.apply(_choice_delta(completion, top_k), completion.token_ids)
+                    parsing.apply(choice_delta(completion, top_k), completion.token_ids)
                     for completion in output.outputs
                 ]
                 if tools is not None:
@@ -315,7 +321,7 @@ class VLLMEngine:
                         if parser is None:
                             parser = ToolCallStream(self._tool_parser, tools, self._tokenizer)
                             parsers[choice.index] = parser
-                        _parse_tool_calls(choice, completion.token_ids, parser)
+                        parse_tool_calls(choice, completion.token_ids, parser)
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=choices,
@@ -345,63 +351,3 @@ class _Plan:
     max_tokens: int
     request_id: str
     constraint: Any  # vLLM StructuredOutputsParams, or None
-
-
-def _choice_delta(completion: Any, top_k: int) -> ChoiceDelta:
-    return ChoiceDelta(
-        index=completion.index,
-        text=completion.text,
-        token_count=len(completion.token_ids),
-        finish_reason=_finish_reason(completion.finish_reason),
-        logprobs=convert_sample_logprobs(completion.token_ids, completion.logprobs, top_k),
-    )
-
-
-def _parse_tool_calls(choice: ChoiceDelta, token_ids: Any, parser: ToolCallStream) -> None:
-    """Move the choice's text through the tool-call parser: content stays, calls split off."""
-    content, calls = parser.feed(choice.text, list(token_ids))
-    if choice.finish_reason is not None:
-        calls.extend(parser.finish())
-        if parser.called and choice.finish_reason == "stop":
-            choice.finish_reason = "tool_calls"
-    choice.text = content
-    choice.tool_calls = calls or None
-
-
-def _takes_images(llm: Any) -> bool:
-    """Whether the served model takes image input (a multi-modal model with an image
-    processor, and images not turned off by its limits)."""
-    model_config = llm.model_config
-    if not model_config.is_multimodal_model:
-        return False
-    processor = getattr(llm.renderer, "mm_processor", None)
-    if processor is None:
-        return False
-    try:
-        if "image" not in processor.info.get_supported_mm_limits():
-            return False
-        return model_config.multimodal_config.get_limit_per_prompt("image") > 0
-    except Exception:  # a processor that cannot say: assume no
-        log.exception("could not tell whether the model takes images")
-        return False
-
-
-def _check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
-    for token_id in token_ids:
-        if not 0 <= token_id < vocab_size:
-            raise EngineRequestError(
-                f"Token id {token_id} is outside the model's vocabulary (0..{vocab_size - 1}).",
-                param=param,
-            )
-
-
-def _finish_reason(reason: str | None) -> Any:
-    if reason is None:
-        return None
-    return "length" if reason == "length" else "stop"
-
-
-def _kv_cache_tokens(llm: Any) -> int:
-    """Tokens the KV cache holds (the admission controller's token budget)."""
-    cache = llm.vllm_config.cache_config
-    return (cache.num_gpu_blocks or 0) * cache.block_size

@@ -1,0 +1,73 @@
+"""vLLM's outputs and objects -> the engine-neutral types of engine.protocol."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from engine.errors import EngineRequestError
+from engine.logprobs import convert_sample_logprobs
+from engine.protocol import ChoiceDelta
+from engine.tool_calls import ToolCallStream
+
+log = logging.getLogger("lilac.engine")
+
+
+def choice_delta(completion: Any, top_k: int) -> ChoiceDelta:
+    return ChoiceDelta(
+        index=completion.index,
+        text=completion.text,
+        token_count=len(completion.token_ids),
+        finish_reason=finish_reason_of(completion.finish_reason),
+        logprobs=convert_sample_logprobs(completion.token_ids, completion.logprobs, top_k),
+    )
+
+
+def parse_tool_calls(choice: ChoiceDelta, token_ids: Any, parser: ToolCallStream) -> None:
+    """Move the choice's text through the tool-call parser: content stays, calls split off."""
+    content, calls = parser.feed(choice.text, list(token_ids))
+    if choice.finish_reason is not None:
+        calls.extend(parser.finish())
+        if parser.called and choice.finish_reason == "stop":
+            choice.finish_reason = "tool_calls"
+    choice.text = content
+    choice.tool_calls = calls or None
+
+
+def takes_images(llm: Any) -> bool:
+    """Whether the served model takes image input (a multi-modal model with an image
+    processor, and images not turned off by its limits)."""
+    model_config = llm.model_config
+    if not model_config.is_multimodal_model:
+        return False
+    processor = getattr(llm.renderer, "mm_processor", None)
+    if processor is None:
+        return False
+    try:
+        if "image" not in processor.info.get_supported_mm_limits():
+            return False
+        return model_config.multimodal_config.get_limit_per_prompt("image") > 0
+    except Exception:  # a processor that cannot say: assume no
+        log.exception("could not tell whether the model takes images")
+        return False
+
+
+def check_token_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
+    for token_id in token_ids:
+        if not 0 <= token_id < vocab_size:
+            raise EngineRequestError(
+                f"Token id {token_id} is outside the model's vocabulary (0..{vocab_size - 1}).",
+                param=param,
+            )
+
+
+def finish_reason_of(reason: str | None) -> Any:
+    if reason is None:
+        return None
+    return "length" if reason == "length" else "stop"
+
+
+def kv_cache_tokens(llm: Any) -> int:
+    """Tokens the KV cache holds (the admission controller's token budget)."""
+    cache = llm.vllm_config.cache_config
+    return (cache.num_gpu_blocks or 0) * cache.block_size
