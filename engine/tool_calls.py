@@ -123,6 +123,10 @@ class ToolCallStream:
             }
         )
         parser_class = ToolParserManager.get_tool_parser(parser_name)
+        if parser_name == "hermes":
+            from engine.hermes import JsonAwareHermesParser
+
+            parser_class = JsonAwareHermesParser  # a call ends where its JSON closes
         self._parser = parser_class(tokenizer, self._vllm_request.tools)
         self._text = ""
         self._token_ids: list[int] = []

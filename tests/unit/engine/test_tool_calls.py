@@ -128,3 +128,26 @@ def test_arguments_allow_at_most_one_whitespace_in_a_row() -> None:
 def test_arguments_fit_the_budget() -> None:
     tag = structural_tag(REQUEST, "hermes", arguments_budget=60).structural_tag
     assert '"maxLength":200' not in tag and '"maxLength":' in tag
+
+
+MARKER_IN_STRING = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "}}</tool_call> Paris"}}'
+    "\n</tool_call>"
+)
+
+
+@pytest.mark.parametrize("split", [1, 3, 7, len(MARKER_IN_STRING)])
+def test_end_marker_inside_a_string_does_not_end_the_call(tokenizer, split: int) -> None:  # type: ignore[no-untyped-def]
+    pieces = [MARKER_IN_STRING[i : i + split] for i in range(0, len(MARKER_IN_STRING), split)]
+    content, calls = run(tokenizer, pieces)
+    assert content == ""
+    assert list(calls) == [0]
+    assert json.loads(calls[0]["arguments"]) == {"city": "}}</tool_call> Paris"}
+
+
+def test_json_object_end() -> None:
+    from engine.hermes import json_object_end
+
+    text = 'x {"a": "}\\"{", "b": {"c": 1}} tail'
+    assert text[: json_object_end(text, 0)] == 'x {"a": "}\\"{", "b": {"c": 1}}'
+    assert json_object_end('{"a": "open', 0) is None
