@@ -53,7 +53,9 @@ class CompletionService:
     def _prompts(self, request: CompletionRequest) -> list[str]:
         return [request.prompt] if isinstance(request.prompt, str) else list(request.prompt)
 
-    def _outputs(self, request: CompletionRequest, request_id: str) -> AsyncIterator[Indexed]:
+    def _outputs(
+        self, request: CompletionRequest, request_id: str, client: str | None
+    ) -> AsyncIterator[Indexed]:
         check_model(self._engine, request.model)
         check_common(request, request.max_tokens)
         options = sampling_options(
@@ -68,7 +70,7 @@ class CompletionService:
                     request_id=f"{request_id}-{i}",
                     sampling=options,
                     prompt=prompt,
-                    client=request.user,
+                    client=client,
                     priority=request.priority,
                 )
             )
@@ -76,7 +78,7 @@ class CompletionService:
         ]
         return merge(streams)
 
-    async def complete(self, request: CompletionRequest) -> Completion:
+    async def complete(self, request: CompletionRequest, client: str | None = None) -> Completion:
         request_id = f"cmpl-{uuid.uuid4().hex}"
         prompts = self._prompts(request)
         n = request.n
@@ -85,7 +87,7 @@ class CompletionService:
         finish: dict[int, str | None] = {}
         prompt_tokens: dict[int, int] = {}
         completion_tokens = 0
-        async for position, output in self._outputs(request, request_id):
+        async for position, output in self._outputs(request, request_id, client):
             prompt_tokens[position] = output.prompt_tokens
             if output.prompt_logprobs is not None:
                 for j in range(n):
@@ -116,9 +118,11 @@ class CompletionService:
             usage=Usage(total_prompt, completion_tokens, total_prompt + completion_tokens),
         )
 
-    async def open_stream(self, request: CompletionRequest) -> AsyncIterator[bytes]:
+    async def open_stream(
+        self, request: CompletionRequest, client: str | None = None
+    ) -> AsyncIterator[bytes]:
         request_id = f"cmpl-{uuid.uuid4().hex}"
-        outputs = self._outputs(request, request_id)
+        outputs = self._outputs(request, request_id, client)
         return await open_sse(
             outputs, CompletionChunkWriter(request, request_id, self._prompts(request))
         )

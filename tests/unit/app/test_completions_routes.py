@@ -49,3 +49,16 @@ async def test_tokenize_and_detokenize(client: httpx.AsyncClient) -> None:
     assert tokenized == {"count": 2, "max_model_len": 2048, "tokens": [2, 3]}
     back = (await client.post("/detokenize", json={"tokens": [2, 3]})).json()
     assert back == {"prompt": "xx xxx"}
+
+
+async def test_completions_and_chat_share_the_fairness_key(client: httpx.AsyncClient) -> None:
+    from engine.scripted import ScriptedEngine
+
+    engine: ScriptedEngine = client._transport.app.state.engine  # type: ignore[attr-defined]
+    headers = {"Authorization": "Bearer sk-one"}
+    await client.post(URL, json={"model": "scripted", "prompt": "a"}, headers=headers)
+    chat = {"model": "scripted", "messages": [{"role": "user", "content": "a"}]}
+    await client.post("/v1/chat/completions", json=chat, headers=headers)
+    keys = [request.client for request in engine.requests]
+    assert len(keys) == 2 and keys[0] == keys[1]
+    assert keys[0] is not None and "sk-one" not in keys[0]  # hashed, never the key itself

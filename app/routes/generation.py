@@ -1,0 +1,31 @@
+"""What the generation endpoints share: decode once, identify the client, answer
+with a JSON body or an SSE stream."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from litestar import MediaType, Request, Response
+from litestar.response import Stream
+
+from app.services.admission import client_key
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class GenerationService(Protocol):
+    async def complete(self, request: Any, client: str | None = None) -> Any: ...
+
+    async def open_stream(self, request: Any, client: str | None = None) -> Any: ...
+
+
+async def respond(
+    request: Request, service: GenerationService, body: Any
+) -> Response[bytes] | Stream:
+    """`body` is the decoded request; errors raised here map in app.errors."""
+    client = client_key(request, body.user)
+    if body.stream:
+        frames = await service.open_stream(body, client)
+        return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+    result = await service.complete(body, client)
+    return Response(request.app.state.encoder.encode(result), media_type=MediaType.JSON)
