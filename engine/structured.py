@@ -11,9 +11,8 @@ from typing import Any
 
 from engine.errors import EngineRequestError
 from engine.protocol import GenerateRequest
-from engine.schema_bounds import fit_to_budget, tighten
+from engine.schema_bounds import fit_to_budget
 
-JSON_OBJECT_SCHEMA = tighten({"type": "object"})
 # Tokens a tool call's envelope takes besides its arguments (`<tool_call>`, the name...).
 TOOL_CALL_ENVELOPE_TOKENS = 32
 
