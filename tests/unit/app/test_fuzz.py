@@ -68,38 +68,31 @@ def http() -> Iterator[TestClient]:
         yield client
 
 
-def check(response_status: int, body: dict) -> None:
-    assert response_status < 500, body
-    if response_status >= 400:
-        assert set(body) == {"error"}
-        error = body["error"]
+def post_and_check(http: TestClient, url: str, body: dict) -> None:
+    response = http.post(url, json=body)
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        payload = response.json()
+        assert set(payload) == {"error"}
+        error = payload["error"]
         assert set(error) == {"message", "type", "param", "code"}
         assert isinstance(error["message"], str) and error["message"]
 
 
-@settings(
+fuzz_settings = settings(
     max_examples=EXAMPLES_PER_ENDPOINT,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+@fuzz_settings
 @given(body=chat_bodies)
 def test_chat_never_5xx(http: TestClient, body: dict) -> None:
-    response = http.post("/v1/chat/completions", json=body)
-    check(
-        response.status_code,
-        response.json() if not body.get("stream") or response.status_code != 200 else {},
-    )
+    post_and_check(http, "/v1/chat/completions", body)
 
 
-@settings(
-    max_examples=EXAMPLES_PER_ENDPOINT,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings
 @given(body=completion_bodies)
 def test_completions_never_5xx(http: TestClient, body: dict) -> None:
-    response = http.post("/v1/completions", json=body)
-    check(
-        response.status_code,
-        response.json() if not body.get("stream") or response.status_code != 200 else {},
-    )
+    post_and_check(http, "/v1/completions", body)
