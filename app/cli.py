@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def prepare_model() -> int:
-    from engine.models import ModelPreparationError, prepare_default_model
+    from engine.checkpoint import ModelPreparationError, prepare_default_model
 
     try:
         prepare_default_model(progress=lambda line: print(line, flush=True))

@@ -15,7 +15,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
 from app.schemas.errors import ErrorBody, ErrorEnvelope
-from engine.admission import AdmissionRejected, Drained
+from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import EngineError, EngineRequestError, EngineUnavailable
 
 log = logging.getLogger("lilac.errors")

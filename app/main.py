@@ -26,9 +26,9 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.settings import Settings
-from engine.admission_runtime import AdmissionController
-from engine.admitted_engine import AdmittedEngine
-from engine.gpu import Probe
+from engine.admission.gate import AdmittedEngine
+from engine.admission.probes import Probe
+from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine
 
 log = logging.getLogger("lilac.app")
@@ -36,11 +36,11 @@ log = logging.getLogger("lilac.app")
 
 def build_engine(settings: Settings) -> Engine:
     """The vLLM engine the settings describe, with CPU defaults when there is no GPU."""
+    from engine.checkpoint import resolve_model
     from engine.families import get as get_family
-    from engine.models import resolve_model
     from engine.templates import load_template_file
-    from engine.vllm_config import EngineConfig
-    from engine.vllm_engine import VLLMEngine
+    from engine.vllm_backend.config import EngineConfig
+    from engine.vllm_backend.engine import VLLMEngine
 
     model_path, default_name = resolve_model(settings.model)
     if settings.family is not None:
@@ -50,7 +50,7 @@ def build_engine(settings: Settings) -> Engine:
             raise SystemExit(f"--family: {exc}") from exc
     if settings.tool_call_parser is not None:
         from engine.errors import EngineRequestError
-        from engine.tool_calls import structural_tag_model
+        from engine.vllm_backend.tool_calls import structural_tag_model
 
         try:
             structural_tag_model(settings.tool_call_parser)

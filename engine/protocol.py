@@ -1,7 +1,7 @@
 """The engine boundary: what the HTTP side may ask of a model, and what comes back.
 
 Kept deliberately small (generate, abort, tokenize, health, model info), the way httpx keeps
-its transport to one method. `engine.vllm_engine` implements it with vLLM;
+its transport to one method. `engine.vllm_backend.engine` implements it with vLLM;
 `engine.scripted` implements it with canned tokens for fast tests and benchmarks.
 """
 
@@ -82,7 +82,7 @@ class GenerateRequest:
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
     response_format: StructuredOutput | None = None
-    # For admission (engine.admission_runtime): fairness key and priority (lower: sooner).
+    # For admission (engine.admission.runtime): fairness key and priority (lower: sooner).
     client: str | None = None
     priority: int = 0
     # Images, in the order their `{"type": "image"}` parts appear in `messages` (a message
@@ -183,7 +183,7 @@ class Engine(Protocol):
 
     def detokenize(self, token_ids: list[int]) -> str: ...
 
-    # Yielding the GPU to its owner (engine.admission_runtime).
+    # Yielding the GPU to its owner (engine.admission.runtime).
 
     async def pause(self) -> None:
         """Stop scheduling: abort whatever still runs; new requests wait for `resume`."""

@@ -20,13 +20,13 @@ from collections.abc import AsyncIterator
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from engine.admission import AdmissionRejected, Drained, Policy
-from engine.admission_runtime import AdmissionController
-from engine.admitted_engine import AdmittedEngine
-from engine.gpu import GpuSample
-from engine.models import DEFAULT_MODEL_NAME, default_model_dir
+from engine.admission.gate import AdmittedEngine
+from engine.admission.policy import AdmissionRejected, Drained, Policy
+from engine.admission.probes import GpuSample
+from engine.admission.runtime import AdmissionController
+from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir
 from engine.protocol import GenerateOutput, GenerateRequest, SamplingOptions
-from engine.vllm_engine import EngineConfig, VLLMEngine
+from engine.vllm_backend.engine import EngineConfig, VLLMEngine
 
 OWNER = GpuSample(95.0, 6000.0, 1)
 

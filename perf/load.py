@@ -192,7 +192,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.models import default_model_dir
+    from engine.checkpoint import default_model_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 64])

@@ -94,7 +94,7 @@ async def _run(engine: Any, samples: list[Any], concurrency: int, temperature: f
 
 
 async def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    from engine.vllm_engine import EngineConfig, VLLMEngine
+    from engine.vllm_backend.engine import EngineConfig, VLLMEngine
 
     bench = spec["bench"]
     engine = VLLMEngine(EngineConfig(**spec["engine"]))

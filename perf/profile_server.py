@@ -84,7 +84,7 @@ def summarize(raw: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.models import default_model_dir
+    from engine.checkpoint import default_model_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=["ours", "vllm"])

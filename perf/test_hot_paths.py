@@ -68,8 +68,8 @@ TOOL_CALL_TEXT = (
 def _tool_call_parser() -> Any:
     from transformers import AutoTokenizer
 
-    from engine.models import default_model_dir
-    from engine.tool_calls import ToolCallStream, ToolRequest
+    from engine.checkpoint import default_model_dir
+    from engine.vllm_backend.tool_calls import ToolCallStream, ToolRequest
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
@@ -95,8 +95,8 @@ def test_parse_tool_call_stream(benchmark: Any) -> None:
 
 def test_admission_decision(benchmark: Any) -> None:
     """One admission decision and its release: estimate, offer to the queue, release."""
-    from engine.admission import Policy
-    from engine.admission_queue import AdmissionQueue, Ticket, estimate_tokens
+    from engine.admission.policy import Policy
+    from engine.admission.queue import AdmissionQueue, Ticket, estimate_tokens
 
     queue = AdmissionQueue(Policy(), kv_budget_tokens=100_000)
     messages = payloads.template_messages(payloads.plain_request())

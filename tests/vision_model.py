@@ -130,6 +130,6 @@ def build_tiny_vlm(target: Path, tokenizer_source: Path) -> Path:
 if __name__ == "__main__":
     import sys
 
-    from engine.models import default_model_dir
+    from engine.checkpoint import default_model_dir
 
     print(build_tiny_vlm(Path(sys.argv[1]), default_model_dir()))

@@ -11,7 +11,7 @@ from typing import Any
 from litestar import Request, get, post
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 
-from engine.admission_runtime import AdmissionController
+from engine.admission.runtime import AdmissionController
 
 
 def _controller(request: Request) -> AdmissionController:

@@ -7,10 +7,10 @@ import hashlib
 from litestar import Request
 
 from app.settings import Settings
-from engine.admission import Policy
-from engine.admission_runtime import AdmissionController
-from engine.gpu import Probe, make_probe
-from engine.lending import parse_windows
+from engine.admission.lending import parse_windows
+from engine.admission.policy import Policy
+from engine.admission.probes import Probe, make_probe
+from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine
 
 

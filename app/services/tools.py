@@ -17,7 +17,7 @@ from app.schemas.tools import (
 )
 from engine import protocol
 from engine.errors import EngineRequestError
-from engine.structured import check_schema
+from engine.vllm_backend.structured import check_schema
 
 
 def _check_tools(request: ChatCompletionRequest) -> None:

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from engine.models import DEFAULT_MODEL_NAME
+from engine.checkpoint import DEFAULT_MODEL_NAME
 from tests.e2e.conftest import RunningServer
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]

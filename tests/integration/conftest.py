@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from app.main import create_app
-from engine.models import DEFAULT_MODEL_NAME, default_model_dir, is_prepared
-from engine.vllm_config import EngineConfig
-from engine.vllm_engine import VLLMEngine
+from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir, is_prepared
+from engine.vllm_backend.config import EngineConfig
+from engine.vllm_backend.engine import VLLMEngine
 
 
 @pytest.fixture(scope="session")

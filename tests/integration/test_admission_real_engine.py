@@ -12,10 +12,10 @@ import msgspec
 
 from app.main import create_app
 from app.settings import Settings
-from engine.gpu import GpuSample, ScriptedProbe, Segment
-from engine.models import DEFAULT_MODEL_NAME
+from engine.admission.probes import GpuSample, ScriptedProbe, Segment
+from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.protocol import GenerateOutput, GenerateRequest
-from engine.vllm_engine import VLLMEngine
+from engine.vllm_backend.engine import VLLMEngine
 
 URL = "/v1/chat/completions"
 OWNER_FROM_S, OWNER_UNTIL_S, LOAD_S = 5.0, 10.0, 17.0

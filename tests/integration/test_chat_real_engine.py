@@ -3,9 +3,9 @@
 import httpx
 import msgspec
 
-from engine.models import DEFAULT_MODEL_NAME
+from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.protocol import GenerateRequest, SamplingOptions
-from engine.vllm_engine import VLLMEngine
+from engine.vllm_backend.engine import VLLMEngine
 
 URL = "/v1/chat/completions"
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import msgspec
 
-from engine.models import DEFAULT_MODEL_NAME
+from engine.checkpoint import DEFAULT_MODEL_NAME
 
 URL = "/v1/completions"
 PROMPT = "The capital of France is"

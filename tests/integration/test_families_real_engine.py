@@ -21,10 +21,10 @@ import pytest
 
 from app.main import create_app
 from engine import families
-from engine.models import default_model_dir, is_prepared
+from engine.checkpoint import default_model_dir, is_prepared
 from engine.protocol import GenerateRequest
-from engine.vllm_config import EngineConfig
-from engine.vllm_engine import VLLMEngine
+from engine.vllm_backend.config import EngineConfig
+from engine.vllm_backend.engine import VLLMEngine
 from tests.family_model import MARKERS, make_family_checkpoint
 
 MODEL = "family-test"

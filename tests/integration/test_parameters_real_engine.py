@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from engine.models import DEFAULT_MODEL_NAME
+from engine.checkpoint import DEFAULT_MODEL_NAME
 
 URL = "/v1/chat/completions"
 MODEL = DEFAULT_MODEL_NAME

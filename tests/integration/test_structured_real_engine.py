@@ -9,7 +9,7 @@ import jsonschema
 import msgspec
 import pytest
 
-from engine.models import DEFAULT_MODEL_NAME
+from engine.checkpoint import DEFAULT_MODEL_NAME
 
 URL = "/v1/chat/completions"
 MODEL = DEFAULT_MODEL_NAME

@@ -12,8 +12,8 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from engine.models import default_model_dir, is_prepared
-from engine.vllm_engine import EngineConfig, VLLMEngine
+from engine.checkpoint import default_model_dir, is_prepared
+from engine.vllm_backend.engine import EngineConfig, VLLMEngine
 from tests.images import ImageServer, Route, data_uri, gif_two_frames, image_server, png
 from tests.vision_model import IMAGE_PROMPT_TOKENS, build_tiny_vlm
 

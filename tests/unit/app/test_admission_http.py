@@ -11,9 +11,9 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from engine.admission import State
-from engine.admission_runtime import AdmissionController
-from engine.gpu import GpuSample
+from engine.admission.policy import State
+from engine.admission.probes import GpuSample
+from engine.admission.runtime import AdmissionController
 from engine.scripted import ScriptedEngine
 
 URL = "/v1/chat/completions"

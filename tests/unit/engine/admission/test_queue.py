@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.admission import AdmissionRejected, Policy
-from engine.admission_queue import AdmissionQueue, Ticket, estimate_tokens
+from engine.admission.policy import AdmissionRejected, Policy
+from engine.admission.queue import AdmissionQueue, Ticket, estimate_tokens
 
 _ids = iter(range(1, 10_000))
 

@@ -2,9 +2,9 @@
 
 from dataclasses import replace
 
-from engine.admission import Policy
-from engine.admission_sim import Workload, owner_day, simulate
-from engine.gpu import GpuSample, Segment
+from engine.admission.policy import Policy
+from engine.admission.probes import GpuSample, Segment
+from perf.admission_sim import Workload, owner_day, simulate
 
 # Owner active from 10 min to 20 min of a 40-minute run.
 OWNER = [Segment(0.0, GpuSample()), Segment(600.0, GpuSample(90.0)), Segment(1200.0, GpuSample())]

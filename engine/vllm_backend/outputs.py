@@ -6,9 +6,9 @@ import logging
 from typing import Any
 
 from engine.errors import EngineRequestError
-from engine.logprobs import convert_sample_logprobs
 from engine.protocol import ChoiceDelta
-from engine.tool_calls import ToolCallStream
+from engine.vllm_backend.logprobs import convert_sample_logprobs
+from engine.vllm_backend.tool_calls import ToolCallStream
 
 log = logging.getLogger("lilac.engine")
 

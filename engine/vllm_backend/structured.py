@@ -44,7 +44,7 @@ def constraint_for(
 ) -> Any:
     """The structured-output constraint of a request, or None when its output is free.
     `budget_tokens`: the most tokens the output may take (its `max_tokens`)."""
-    from engine.tool_calls import ToolRequest, structural_tag
+    from engine.vllm_backend.tool_calls import ToolRequest, structural_tag
 
     calls_tools = bool(request.tools) and request.tool_choice != "none"
     if calls_tools and request.response_format is not None:

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from engine.admission import AdmissionRejected, Policy
+from engine.admission.policy import AdmissionRejected, Policy
 
 CHARS_PER_TOKEN = 4  # a rough, tokenizer-free estimate: admission only needs the scale
 TOKENS_PER_MESSAGE = 8  # role markers and separators the chat template adds

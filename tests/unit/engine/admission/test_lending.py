@@ -3,7 +3,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from engine.lending import parse_windows
+from engine.admission.lending import parse_windows
 
 
 def at(text: str, zone: str = "UTC") -> float:

@@ -1,7 +1,7 @@
 import json
 from pathlib import Path
 
-from engine.models import MARKER, MARKER_VERSION, is_prepared, resolve_model
+from engine.checkpoint import MARKER, MARKER_VERSION, is_prepared, resolve_model
 
 
 def write_checkpoint(folder: Path) -> None:

@@ -17,8 +17,6 @@ from engine.errors import (
     EngineUnavailable,
 )
 from engine.families import Family
-from engine.logprobs import convert_prompt_logprobs
-from engine.parsing import OutputParsing, RequestParsing
 from engine.protocol import (
     GenerateOutput,
     GenerateRequest,
@@ -27,17 +25,19 @@ from engine.protocol import (
     SamplingOptions,
 )
 from engine.streams import merge
-from engine.structured import constraint_for
 from engine.templates import load_template_file, render_chat
-from engine.tool_calls import ToolCallStream, ToolRequest
-from engine.vllm_config import EngineConfig, build_async_llm
-from engine.vllm_outputs import (
+from engine.vllm_backend.config import EngineConfig, build_async_llm
+from engine.vllm_backend.logprobs import convert_prompt_logprobs
+from engine.vllm_backend.outputs import (
     check_token_ids,
     choice_delta,
     kv_cache_tokens,
     parse_tool_calls,
     takes_images,
 )
+from engine.vllm_backend.reasoning import OutputParsing, RequestParsing
+from engine.vllm_backend.structured import constraint_for
+from engine.vllm_backend.tool_calls import ToolCallStream, ToolRequest
 
 log = logging.getLogger("lilac.engine")
 
@@ -282,7 +282,7 @@ class VLLMEngine:
         plan: _Plan,
         parsing: RequestParsing,
     ) -> AsyncIterator[GenerateOutput]:
-        from engine.sampling import to_sampling_params
+        from engine.vllm_backend.sampling import to_sampling_params
 
         sampling = plan.sampling
         try:

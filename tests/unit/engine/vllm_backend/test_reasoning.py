@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine import families
-from engine.models import default_model_dir
-from engine.parsing import LeakGuard, OutputParsing, PlainSplitter
+from engine.checkpoint import default_model_dir
 from engine.protocol import GenerateRequest, SamplingOptions
+from engine.vllm_backend.reasoning import LeakGuard, OutputParsing, PlainSplitter
 from tests.family_model import make_family_checkpoint
 
 

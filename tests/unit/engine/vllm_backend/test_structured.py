@@ -1,7 +1,7 @@
 import pytest
 
 from engine.errors import EngineRequestError
-from engine.structured import check_schema
+from engine.vllm_backend.structured import check_schema
 
 
 def test_check_schema_names_the_bad_place() -> None:

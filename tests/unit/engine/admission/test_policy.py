@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.admission import Owner, Policy, State, StateMachine, classify
-from engine.gpu import GpuSample, ScriptedProbe, Segment
+from engine.admission.policy import Owner, Policy, State, StateMachine, classify
+from engine.admission.probes import GpuSample, ScriptedProbe, Segment
 
 POLICY = Policy(grace_s=30.0, resume_after_s=60.0)
 

@@ -124,7 +124,7 @@ class ToolCallStream:
         )
         parser_class = ToolParserManager.get_tool_parser(parser_name)
         if parser_name == "hermes":
-            from engine.hermes import JsonAwareHermesParser
+            from engine.vllm_backend.hermes import JsonAwareHermesParser
 
             parser_class = JsonAwareHermesParser  # a call ends where its JSON closes
         self._parser = parser_class(tokenizer, self._vllm_request.tools)

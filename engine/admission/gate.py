@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from engine.admission_queue import estimate_tokens
-from engine.admission_runtime import AdmissionController
+from engine.admission.queue import estimate_tokens
+from engine.admission.runtime import AdmissionController
 from engine.errors import EngineUnavailable
 from engine.protocol import Engine, GenerateOutput, GenerateRequest, ModelInfo
 

@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from engine.admission import AdmissionRejected, Drained, Policy, State
-from engine.admission_runtime import AdmissionController
-from engine.admitted_engine import AdmittedEngine
-from engine.gpu import GpuSample
+from engine.admission.gate import AdmittedEngine
+from engine.admission.policy import AdmissionRejected, Drained, Policy, State
+from engine.admission.probes import GpuSample
+from engine.admission.runtime import AdmissionController
 from engine.protocol import GenerateRequest, SamplingOptions
 from engine.scripted import ScriptedEngine
 

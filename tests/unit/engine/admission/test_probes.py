@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.gpu import (
+from engine.admission.probes import (
     MIB,
     GpuSample,
     NoneProbe,

@@ -2,7 +2,7 @@
 
 import json
 
-from engine.vllm_config import EngineConfig, engine_args
+from engine.vllm_backend.config import EngineConfig, engine_args
 
 
 def test_reasoning_parser_follows_the_family(tmp_path) -> None:

@@ -5,7 +5,7 @@ day of owner activity and Poisson request arrivals; a simple batching model stan
 for the engine. Policies are compared on owner interference (seconds of inference while
 the owner is active), goodput and rejected requests.
 
-    python -m engine.admission_sim            # the README table
+    python -m perf.admission_sim            # the README table
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
-from engine.admission import ADMITTING, AdmissionRejected, Owner, Policy, State, StateMachine
-from engine.admission import classify as classify_sample
-from engine.admission_queue import AdmissionQueue, Ticket
-from engine.gpu import GpuSample, Segment, sample_at
-from engine.lending import parse_windows
+from engine.admission.lending import parse_windows
+from engine.admission.policy import ADMITTING, AdmissionRejected, Owner, Policy, State, StateMachine
+from engine.admission.policy import classify as classify_sample
+from engine.admission.probes import GpuSample, Segment, sample_at
+from engine.admission.queue import AdmissionQueue, Ticket
 
 DAY_S = 24 * 3600
 # What counts as "the owner is active" when scoring, whatever the policy under test uses.

@@ -16,7 +16,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from engine.admission import (
+from engine.admission.policy import (
     ADMITTING,
     AdmissionRejected,
     Drained,
@@ -27,8 +27,8 @@ from engine.admission import (
     Transition,
     classify,
 )
-from engine.admission_queue import AdmissionQueue, Ticket
-from engine.gpu import GpuSample, Probe
+from engine.admission.probes import GpuSample, Probe
+from engine.admission.queue import AdmissionQueue, Ticket
 from engine.protocol import Engine, ModelInfo
 
 log = logging.getLogger("lilac.admission")

@@ -12,8 +12,8 @@ active, active) and drives four states:
                platform can); back to SERVING, warm, once the owner has been quiet
                for `resume_after_s` (the hysteresis that stops flapping)
 
-The runtime (`engine.admission_runtime`) feeds samples in and carries out what each
-transition means for the engine; the simulation (`engine.admission_sim`) drives the
+The runtime (`engine.admission.runtime`) feeds samples in and carries out what each
+transition means for the engine; the simulation (`perf.admission_sim`) drives the
 same machine on simulated time.
 """
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from engine.admission.lending import LendingWindows
+from engine.admission.probes import GpuSample
 from engine.errors import EngineError
-from engine.gpu import GpuSample
-from engine.lending import LendingWindows
 
 
 class State(enum.StrEnum):

@@ -1,0 +1,12 @@
+"""The idle-GPU admission controller: the box's owner comes first.
+
+- `policy`: the state machine (serving, throttled, draining, yielded), pure;
+- `queue`: who runs next (priority, fairness, token budget), pure;
+- `lending`: the weekly windows the owner lends the GPU in;
+- `probes`: how busy the owner is (NVML, none, scripted);
+- `runtime`: samples the probe, drives the state machine, pauses the engine;
+- `gate`: the lease around one generation.
+
+May import: the standard library and `engine`'s core (protocol, errors). Never vLLM
+or the web stack: the probe and the policy run on GPU machines without them.
+"""
