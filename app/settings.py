@@ -1,9 +1,16 @@
 """One typed settings object, from command-line flags, environment variables, an optional
 TOML file and defaults.
 
-Every flag `--some-flag` can also be set as `LILAC_SOME_FLAG`; a flag given on
-the command line wins over the environment. The admission settings may also come
-from the `[admission]` table of the `--config` TOML file (`some_flag = ...`), below both.
+`Settings` is the one flag table: each field declares, once, its type, its default (the
+field's own; the admission controller's come from `engine.admission.policy.Policy`) and,
+in its `Flag` annotation, its help text and where it is documented. Everything else is
+generated from it: the `--some-flag` option of the command line, the `LILAC_SOME_FLAG`
+environment variable, the `some_flag` key of the `--config` TOML file's `[admission]`
+table (admission settings only) and the README's configuration tables
+(`markdown_table`, checked by tests/unit/app/test_readme_flags.py).
+
+A flag given on the command line wins over the environment, which wins over the TOML
+file, which wins over the defaults.
 """
 
 from __future__ import annotations
@@ -12,61 +19,32 @@ import argparse
 import os
 import shutil
 import tomllib
-from collections.abc import Mapping, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
+from engine.admission.policy import Policy
 
-class Settings(msgspec.Struct, kw_only=True, frozen=True):
-    model: str | None = None  # None: the default model, prepared on first use
-    served_model_name: tuple[str, ...] = ()
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_model_len: int | None = None
-    dtype: str | None = None  # None: float32 on CPU, auto on GPU
-    enforce_eager: bool | None = None  # None: on for CPU, off for GPU
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    cpu_kvcache_space_gib: int = 2
-    chat_template: str | None = None
-    tool_call_parser: str | None = None
-    family: str | None = None  # None: detected from the model
-    seed: int = 0
-    log_level: str = "info"
-    config: str | None = None  # TOML file; its [admission] table holds admission settings
-    # Admission: lending the GPU while its owner does not need it (engine.admission).
-    gpu_probe: str | None = None  # None: nvml where there is a GPU, none elsewhere
-    probe_interval: float = 1.0
-    owner_busy_util: float = 20.0
-    owner_light_util: float = 5.0
-    owner_busy_memory_mib: float = 1024.0
-    lending_windows: str | None = None
-    lending_timezone: str = "UTC"
-    grace_period: float = 30.0
-    resume_after: float = 60.0
-    max_concurrent: int = 16
-    throttled_concurrent: int = 2
-    max_queued: int = 64
-    max_queued_per_client: int = 16
-    queue_timeout: float = 30.0
-    kv_budget_tokens: int = 0
-    release_memory: bool = True
-    admin_key: str | None = None
-    # Image input (app.services.images).
-    allow_private_image_urls: bool = False
-    max_images_per_request: int = 8
-    max_image_bytes: int = 20 * 1024 * 1024
-    max_image_pixels: int = 25_000_000
-    image_fetch_timeout: float = 10.0
-
-    @property
-    def on_gpu(self) -> bool:
-        return has_nvidia_gpu()
+ENV_PREFIX = "LILAC_"
+SECTIONS = {"server": "server", "admission": "admission controller"}
 
 
-def has_nvidia_gpu() -> bool:
-    return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """The documentation of one setting; the setting's type and default are its field's."""
+
+    help: str  # one line, Markdown: the README's "meaning" column and `--help`
+    section: str = "server"  # the README table the flag is listed in: a key of SECTIONS
+    toml: bool = False  # also settable in the [admission] table of --config
+    # The default as documented, where the value alone does not say it (a None default).
+    default_doc: str | None = None
+    default_note: str | None = None  # said after the value, e.g. "20 MiB"
+    # Reads the flag's text (command line and environment); default: from the field type.
+    parse: Callable[[str], object] | None = None
 
 
 def _bool(text: str) -> bool:
@@ -78,93 +56,274 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
 
 
-# (flag, type, help). The environment variable is LILAC_ + the flag in capitals.
-_FLAGS: list[tuple[str, type | object, str]] = [
-    (
-        "model",
-        str,
-        "model to serve: a local checkpoint folder or a Hugging Face id "
-        "(default: SmolLM2-135M-Instruct, prepared on first use)",
-    ),
-    (
-        "served-model-name",
-        str,
-        "name(s) clients use in `model`, comma-separated (default: the model's id)",
-    ),
-    ("host", str, "address to listen on (default 127.0.0.1)"),
-    ("port", int, "port to listen on (default 8000)"),
-    ("max-model-len", int, "context length (default: the model's)"),
-    (
-        "dtype",
-        str,
-        "weights and activations dtype: auto, float32, bfloat16, float16 "
-        "(default: float32 on CPU, auto on GPU)",
-    ),
-    ("enforce-eager", _bool, "disable CUDA graphs / torch.compile (default: true on CPU)"),
-    ("tensor-parallel-size", int, "GPUs to shard the model over (default 1)"),
-    ("gpu-memory-utilization", float, "fraction of accelerator memory vLLM may use (default 0.9)"),
-    ("cpu-kvcache-space-gib", int, "KV cache size on CPU, GiB (default 2)"),
-    (
-        "tool-call-parser",
-        str,
-        "vLLM tool-parser name of the model's call format: hermes, "
-        "kimi_k2, glm47, minimax_m3, gemma4, ... (default: the family's)",
-    ),
-    ("chat-template", str, "Jinja chat-template file overriding the model's"),
-    (
-        "family",
-        str,
-        "model family (template, thinking toggle, reasoning parser): smollm2, kimi_k2, "
-        "glm45, gemma4, minimax_m3 (default: detected from the model)",
-    ),
-    ("seed", int, "engine random seed (default 0)"),
-    ("log-level", str, "debug, info, warning or error (default info)"),
-    ("config", str, "TOML file whose [admission] table sets the admission flags below"),
-    (
-        "allow-private-image-urls",
-        _bool,
-        "let image URLs reach private, loopback and link-local addresses (default: refused)",
-    ),
-    ("max-images-per-request", int, "images one chat request may carry (default 8)"),
-    ("max-image-bytes", int, "size limit of one image, encoded, in bytes (default 20 MiB)"),
-    ("max-image-pixels", int, "width x height limit of one image (default 25000000)"),
-    ("image-fetch-timeout", float, "seconds to fetch one image URL, in all (default 10)"),
-]
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
-# Admission flags: also accepted in the [admission] table of the --config file.
-_ADMISSION_FLAGS: list[tuple[str, type | object, str]] = [
-    ("gpu-probe", str, "owner-activity probe: nvml, none or scripted:FILE (default: nvml on GPU)"),
-    ("probe-interval", float, "seconds between probe samples (default 1)"),
-    ("owner-busy-util", float, "foreign GPU utilization %% meaning the owner is back (default 20)"),
-    ("owner-light-util", float, "foreign GPU utilization %% that throttles (default 5)"),
-    ("owner-busy-memory-mib", float, "foreign GPU memory meaning the owner is back (default 1024)"),
-    (
-        "lending-windows",
-        str,
-        "when lending is allowed, e.g. 'mon-fri 19:00-07:00,sat-sun 00:00-24:00' (default: any)",
-    ),
-    ("lending-timezone", str, "time zone of --lending-windows (default UTC)"),
-    ("grace-period", float, "seconds in-flight requests may finish after a reclaim (default 30)"),
-    ("resume-after", float, "seconds the owner must be idle before serving again (default 60)"),
-    ("max-concurrent", int, "requests running at once (default 16)"),
-    ("throttled-concurrent", int, "requests running at once while the owner is lightly active (2)"),
-    ("max-queued", int, "requests waiting for admission (default 64)"),
-    ("max-queued-per-client", int, "queued requests one client may hold; more get 429 (16)"),
-    ("queue-timeout", float, "seconds a request may wait in the queue (default 30)"),
-    ("kv-budget-tokens", int, "KV tokens admitted requests may claim (0: the engine's; -1: off)"),
-    ("release-memory", _bool, "free GPU memory (vLLM sleep mode) while yielded (default true)"),
-    ("admin-key", str, "bearer key for /admin routes (without it they answer 403)"),
-]
-_FLAGS += _ADMISSION_FLAGS
+
+_POLICY = Policy()  # the admission controller's defaults, declared with its policy
+_ADMISSION = {"section": "admission", "toml": True}
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    model: Annotated[
+        str | None,
+        Flag(
+            "a local checkpoint folder or a Hugging Face id",
+            default_doc="SmolLM2-135M-Instruct",  # None: the default model, prepared on first use
+        ),
+    ] = None
+    served_model_name: Annotated[
+        tuple[str, ...],
+        Flag(
+            "name(s) clients put in `model`, comma-separated",
+            default_doc="the model's id",
+            parse=_names,
+        ),
+    ] = ()
+    host: Annotated[str, Flag("address to listen on")] = "127.0.0.1"
+    port: Annotated[int, Flag("port to listen on")] = 8000
+    max_model_len: Annotated[
+        int | None, Flag("context length in tokens", default_doc="the model's")
+    ] = None
+    dtype: Annotated[
+        str | None,
+        Flag(
+            "weights and activations dtype: `auto`, `float32`, `bfloat16`, `float16`",
+            default_doc="`float32` on CPU, `auto` on GPU",
+        ),
+    ] = None
+    enforce_eager: Annotated[
+        bool | None,
+        Flag("skip torch.compile and CUDA graphs", default_doc="`true` on CPU, `false` on GPU"),
+    ] = None
+    tensor_parallel_size: Annotated[int, Flag("GPUs to shard the model over")] = 1
+    gpu_memory_utilization: Annotated[float, Flag("fraction of GPU memory vLLM may take")] = 0.9
+    cpu_kvcache_space_gib: Annotated[
+        int, Flag("KV cache size on CPU (sets `VLLM_CPU_KVCACHE_SPACE`)")
+    ] = 2
+    tool_call_parser: Annotated[
+        str | None,
+        Flag(
+            "tool-call format and parser, by `vllm serve`'s names",
+            default_doc="the family's (`hermes`)",
+        ),
+    ] = None
+    chat_template: Annotated[
+        str | None,
+        Flag(
+            "Jinja file (or a name in `templates/`) overriding the model's chat template",
+            default_doc="the family's, else the tokenizer's",
+        ),
+    ] = None
+    family: Annotated[
+        str | None,
+        Flag(
+            "model family: `smollm2`, `kimi_k2`, `glm45`, `gemma4`, `minimax_m3`",
+            default_doc="detected from the model",
+        ),
+    ] = None
+    seed: Annotated[int, Flag("engine random seed")] = 0
+    log_level: Annotated[str, Flag("`debug`, `info`, `warning`, `error`")] = "info"
+    # Image input (app.services.images).
+    allow_private_image_urls: Annotated[
+        bool,
+        Flag("let image URLs reach private, loopback, link-local and other non-public addresses"),
+    ] = False
+    max_images_per_request: Annotated[int, Flag("images one chat request may carry")] = 8
+    max_image_bytes: Annotated[
+        int,
+        Flag("size of one image, encoded (downloaded or base64-decoded)", default_note="20 MiB"),
+    ] = 20 * 1024 * 1024
+    max_image_pixels: Annotated[
+        int, Flag("width × height of one image, checked on its header before decoding")  # noqa: RUF001
+    ] = 25_000_000
+    image_fetch_timeout: Annotated[
+        float,
+        Flag("seconds to fetch one image URL: resolving, connecting, redirects and body"),
+    ] = 10.0
+    # Admission: lending the GPU while its owner does not need it (engine.admission).
+    gpu_probe: Annotated[
+        str | None,
+        Flag(
+            "`nvml`, `none` or `scripted:FILE`",
+            default_doc="`nvml` on GPU, else `none`",
+            **_ADMISSION,
+        ),
+    ] = None
+    probe_interval: Annotated[float, Flag("seconds between samples", **_ADMISSION)] = (
+        _POLICY.probe_interval_s
+    )
+    owner_busy_util: Annotated[
+        float, Flag("foreign GPU utilization (%) meaning the owner is back", **_ADMISSION)
+    ] = _POLICY.busy_util_pct
+    owner_light_util: Annotated[
+        float, Flag("foreign utilization (%) that throttles", **_ADMISSION)
+    ] = _POLICY.light_util_pct
+    owner_busy_memory_mib: Annotated[
+        float, Flag("foreign GPU memory meaning the owner is back", **_ADMISSION)
+    ] = _POLICY.busy_memory_mib
+    lending_windows: Annotated[
+        str | None,
+        Flag(
+            "e.g. `mon-fri 19:00-07:00, sat+sun 00:00-24:00`",
+            default_doc="always",
+            **_ADMISSION,
+        ),
+    ] = None
+    lending_timezone: Annotated[str, Flag("IANA zone of the windows", **_ADMISSION)] = "UTC"
+    grace_period: Annotated[
+        float, Flag("seconds in-flight requests may finish after a reclaim", **_ADMISSION)
+    ] = _POLICY.grace_s
+    resume_after: Annotated[
+        float, Flag("seconds of owner quiet before serving again", **_ADMISSION)
+    ] = _POLICY.resume_after_s
+    max_concurrent: Annotated[int, Flag("requests running at once", **_ADMISSION)] = (
+        _POLICY.max_concurrent
+    )
+    throttled_concurrent: Annotated[
+        int, Flag("the same while the owner is lightly active", **_ADMISSION)
+    ] = _POLICY.throttled_concurrent
+    max_queued: Annotated[int, Flag("requests waiting", **_ADMISSION)] = _POLICY.max_queued
+    max_queued_per_client: Annotated[int, Flag("one client's share of the queue", **_ADMISSION)] = (
+        _POLICY.max_queued_per_client
+    )
+    queue_timeout: Annotated[float, Flag("seconds a request may wait", **_ADMISSION)] = (
+        _POLICY.queue_timeout_s
+    )
+    kv_budget_tokens: Annotated[
+        int,
+        Flag(
+            "KV tokens admitted requests may claim; `0` the engine's capacity, `-1` no limit",
+            **_ADMISSION,
+        ),
+    ] = _POLICY.kv_budget_tokens
+    release_memory: Annotated[
+        bool,
+        Flag(
+            "free GPU memory while yielded (builds the engine with vLLM sleep mode on GPU)",
+            **_ADMISSION,
+        ),
+    ] = _POLICY.release_memory
+    admin_key: Annotated[
+        str | None,
+        Flag(
+            "`Authorization: Bearer` key of `/admin/*`; without it they answer 403",
+            default_doc="none",
+            **_ADMISSION,
+        ),
+    ] = None
+    config: Annotated[
+        str | None,
+        Flag(
+            "TOML file; its `[admission]` table sets any flag above (below env and flags)",
+            section="admission",
+            default_doc="none",
+        ),
+    ] = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return has_nvidia_gpu()
+
+
+def has_nvidia_gpu() -> bool:
+    return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting with everything generated from its field: flag, variable, TOML key."""
+
+    field: str  # Settings field: `some_flag`
+    flag: str  # `--some-flag`
+    env: str  # `LILAC_SOME_FLAG`
+    toml_key: str | None  # `some_flag` in the [admission] table, or None
+    parse: Callable[[str], object]
+    is_bool: bool  # a boolean flag given alone means true
+    default: object
+    default_doc: str  # the default as the README and --help say it
+    help: str
+    section: str
+
+
+def _show(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _parser_for(hint: object) -> Callable[[str], object]:
+    kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
+    if len(kinds) != 1 or kinds[0] not in (str, int, float, bool):
+        raise TypeError(f"no parser for {hint!r}: give the Flag a `parse`")
+    return _bool if kinds[0] is bool else kinds[0]  # type: ignore[return-value]
+
+
+def _options() -> tuple[Option, ...]:
+    hints = typing.get_type_hints(Settings, include_extras=True)
+    defaults = Settings()
+    options = []
+    for field in Settings.__struct_fields__:
+        hint = hints[field]
+        flag = next(m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Flag))
+        if flag.section not in SECTIONS:
+            raise ValueError(f"{field}: unknown section {flag.section!r}")
+        default = getattr(defaults, field)
+        if flag.default_doc is not None:
+            default_doc = flag.default_doc
+        elif default is None:
+            raise ValueError(f"{field}: a None default needs a default_doc")
+        else:
+            default_doc = f"`{_show(default)}`"
+            if flag.default_note:
+                default_doc += f" ({flag.default_note})"
+        parse = flag.parse or _parser_for(hint.__origin__)
+        options.append(
+            Option(
+                field=field,
+                flag="--" + field.replace("_", "-"),
+                env=ENV_PREFIX + field.upper(),
+                toml_key=field if flag.toml else None,
+                parse=parse,
+                is_bool=parse is _bool,
+                default=default,
+                default_doc=default_doc,
+                help=flag.help,
+                section=flag.section,
+            )
+        )
+    return tuple(options)
+
+
+OPTIONS: tuple[Option, ...] = _options()
+
+
+def markdown_table(section: str) -> list[str]:
+    """The README's table of one section's flags, line by line."""
+    lines = ["| flag | environment | default | meaning |", "| --- | --- | --- | --- |"]
+    lines += [
+        f"| `{o.flag}` | `{o.env}` | {o.default_doc} | {o.help} |"
+        for o in OPTIONS
+        if o.section == section
+    ]
+    return lines
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    for flag, kind, help_text in _FLAGS:
-        env_name = "LILAC_" + flag.upper().replace("-", "_")
+    groups = {key: parser.add_argument_group(f"{title} flags") for key, title in SECTIONS.items()}
+    for option in OPTIONS:
+        default = option.default_doc.replace("`", "")
+        help_text = f"{option.help} (default: {default}) [{option.env}]".replace("`", "")
         # A boolean flag alone means true: `--allow-private-image-urls`.
-        extra: dict[str, object] = {"nargs": "?", "const": True} if kind is _bool else {}
-        parser.add_argument(
-            f"--{flag}", type=kind, default=None, help=f"{help_text} [{env_name}]", **extra
+        extra: dict[str, object] = {"nargs": "?", "const": True} if option.is_bool else {}
+        groups[option.section].add_argument(
+            option.flag,
+            type=option.parse,
+            default=None,
+            help=help_text.replace("%", "%%"),
+            **extra,
         )
     return parser
 
@@ -172,44 +331,40 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def settings_from(
     args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
-    """Merge flags over environment over defaults; validate types once."""
+    """Merge flags over environment over the TOML file over defaults; validate types once."""
     environ = os.environ if environ is None else environ
     values: dict[str, object] = {}
-    for flag, kind, _ in _FLAGS:
-        field = flag.replace("-", "_")
-        value = getattr(args, field, None) if args is not None else None
+    for option in OPTIONS:
+        value = getattr(args, option.field, None) if args is not None else None
         if value is None:
-            raw = environ.get("LILAC_" + field.upper())
+            raw = environ.get(option.env)
             if raw is None or raw == "":
                 continue
             try:
-                value = kind(raw)  # type: ignore[operator]
+                value = option.parse(raw)
             except (ValueError, argparse.ArgumentTypeError) as exc:
-                raise SystemExit(f"LILAC_{field.upper()}: {exc}") from exc
-        values[field] = value
+                raise SystemExit(f"{option.env}: {exc}") from exc
+        values[option.field] = value
     config = values.get("config")
     if config:
         for field, value in _admission_table(str(config)).items():
             values.setdefault(field, value)
-    if isinstance(values.get("served_model_name"), str):
-        names = str(values["served_model_name"]).split(",")
-        values["served_model_name"] = tuple(n.strip() for n in names if n.strip())
     return msgspec.convert(values, Settings)
 
 
 def _admission_table(path: str) -> dict[str, object]:
-    """The [admission] table of a TOML file, keys checked against the admission flags."""
+    """The [admission] table of a TOML file, keys checked against the TOML keys."""
     try:
         with open(path, "rb") as file:
             table = tomllib.load(file).get("admission", {})
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SystemExit(f"--config {path}: {exc}") from exc
-    known = {flag.replace("-", "_") for flag, _, _ in _ADMISSION_FLAGS}
-    fields = {key.replace("-", "_"): value for key, value in table.items()}
-    unknown = sorted(set(fields) - known)
+    known = {option.toml_key: option.field for option in OPTIONS if option.toml_key}
+    keys = {key.replace("-", "_"): value for key, value in table.items()}
+    unknown = sorted(set(keys) - set(known))
     if unknown:
         raise SystemExit(f"--config {path}: unknown [admission] keys: {', '.join(unknown)}")
-    return fields
+    return {known[key]: value for key, value in keys.items()}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
