@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import EngineRequestError
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES_PACKAGE = "templates"  # the top-level templates/ folder, a package of data files
 
 
 class TemplateRaised(EngineRequestError):
@@ -57,11 +58,11 @@ def _compile(source: str):  # type: ignore[no-untyped-def]
 
 
 def load_template_file(name_or_path: str) -> str:
-    """A template by path, or by name from the project's templates/ folder."""
+    """A template by path, or by name from the `templates` package (the templates/ folder)."""
     path = Path(name_or_path)
-    if not path.is_file():
-        path = TEMPLATES_DIR / f"{name_or_path}.jinja"
-    return path.read_text()
+    if path.is_file():
+        return path.read_text()
+    return files(TEMPLATES_PACKAGE).joinpath(f"{name_or_path}.jinja").read_text()
 
 
 def render_chat(
