@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from engine.admission.lending import parse_windows
 from engine.admission.policy import ADMITTING, AdmissionRejected, Owner, Policy, State, StateMachine
@@ -92,7 +92,6 @@ class Result:
     offered: int = 0
     yields: int = 0
     lent_s: float = 0.0  # time spent admitting (SERVING or THROTTLED)
-    notes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

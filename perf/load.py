@@ -39,14 +39,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def engine_flags(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "max_model_len": args.max_model_len,
-        "gpu_memory_utilization": args.gpu_memory_utilization,
-        "kv_gib": args.kv_cache_gib,
-    }
-
-
 def server_argv(kind: str, args: argparse.Namespace, model_dir: str, port: int) -> list[str]:
     common = ["--model", model_dir, "--served-model-name", NAME, "--port", str(port)]
     common += ["--max-model-len", str(args.max_model_len)]

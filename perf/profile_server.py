@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("vLLM AsyncLLM / input processing", ("vllm/v1/", "vllm/inputs/", "vllm/sampling_params")),
     ("vllm serve OpenAI layer", ("vllm/entrypoints/", "pydantic")),
     ("HTTP server + framework", ("fastapi/", "starlette/", "uvicorn/", "litestar/", "granian/")),
-    ("our app (app/, engine adapter)", ("(app/", "/app/", "engine/vllm_engine.py")),
+    ("our app (app/, engine adapter)", ("(app/", "/app/", "engine/vllm_backend/engine.py")),
 ]
 EVENT_LOOP = ("asyncio/", "uvloop/", "anyio/", "selectors.py")
 # Frames at the bottom of every stack (process start, the loop's run): they say nothing.

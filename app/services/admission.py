@@ -1,4 +1,4 @@
-"""Glue between the server settings and the admission controller (engine.admission*)."""
+"""Glue between the server settings and the admission controller (`engine.admission`)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Three probes share one interface (`sample() -> GpuSample`):
   the simulation.
 
 The admission controller samples the probe on an interval; a probe only measures,
-it never decides (the thresholds live in `engine.admission.Policy`).
+it never decides (the thresholds live in `engine.admission.policy.Policy`).
 """
 
 from __future__ import annotations

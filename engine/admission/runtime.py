@@ -1,9 +1,10 @@
 """The admission controller at run time: samples the probe, drives the state machine,
-pauses and resumes the engine, and gates every generation.
+pauses and resumes the engine, and admits every generation.
 
-`AdmittedEngine` wraps any Engine: `generate` waits for admission (or raises
-`AdmissionRejected`) before its first output, and ends a stream with `Drained` when
-the grace period of a drain runs out. The HTTP side maps both in `app.errors`.
+`AdmissionController.acquire` admits a request at once, queues it until it fits, or
+raises `AdmissionRejected`; the `Lease` it returns is revoked when a drain's grace
+period runs out, and `release` frees its place. `engine.admission.gate` wraps an Engine
+so that every generation goes through it.
 """
 
 from __future__ import annotations

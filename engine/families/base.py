@@ -2,7 +2,7 @@
 
 A family is plain data. The engine reads it to pick the chat template, to turn a
 request's reasoning controls into template variables, and to name the vLLM
-reasoning (and, later, tool-call) parsers. Nothing here imports vLLM: the HTTP
+reasoning and tool-call parsers. Nothing here imports vLLM: the HTTP
 side may read families too.
 """
 
@@ -45,13 +45,10 @@ class Family:
     """A model family: everything family-specific the server needs, in one record."""
 
     name: str  # the key users type (`--family`), the same as vLLM's parser name
-    title: str  # for humans: "Kimi K2.6"
     template: str  # file in templates/, without `.jinja`
     toggles: tuple[Toggle, ...] = ()
     reasoning_parser: str | None = None  # vLLM `--reasoning-parser` name
-    tool_parser: str | None = None  # vLLM `--tool-call-parser` name (issue 4)
-    reasoning_markers: tuple[str, str] | None = None  # (start, end) in the output
-    tool_call_markers: tuple[str, str] | None = None  # (start, end) in the output (issue 4)
+    tool_parser: str | None = None  # vLLM `--tool-call-parser` name
     # Tokens the family's tokenizer has as single vocabulary entries.
     special_tokens: tuple[str, ...] = ()
     # Binding rules: lower-case substrings of the model id, and HF config model types.
@@ -60,7 +57,6 @@ class Family:
     # Quirk: with reasoning off, drop everything up to and including the first
     # occurrence of this marker from the content (GLM 5.x leaks its chain of thought).
     drop_leak_through: str | None = None
-    notes: str = ""
 
     def toggle(self, key: str) -> Toggle | None:
         return next((t for t in self.toggles if t.key == key), None)

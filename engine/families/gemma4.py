@@ -2,20 +2,18 @@
 
 Thinking is off by default. `enable_thinking: true` puts the `<|think|>` control token
 at the start of the system turn; the model then writes its reasoning in a thought
-channel, `<|channel>thought\n...<channel|>`, before the answer.
+channel, `<|channel>thought\n...<channel|>`, before the answer. Tool calls come in
+`<|tool_call>...<tool_call|>`.
 """
 
 from engine.families.base import Family, Toggle
 
 FAMILY = Family(
     name="gemma4",
-    title="Gemma 4",
     template="gemma4",
     toggles=(Toggle(key="enable_thinking", default=False),),
     reasoning_parser="gemma4",
     tool_parser="gemma4",
-    reasoning_markers=("<|channel>", "<channel|>"),
-    tool_call_markers=("<|tool_call>", "<tool_call|>"),
     special_tokens=(
         "<|turn>",
         "<turn|>",
@@ -32,5 +30,4 @@ FAMILY = Family(
     ),
     name_patterns=("gemma-4", "gemma4"),
     model_types=("gemma4", "gemma4_text"),
-    notes="`enable_thinking` (bool, default false).",
 )

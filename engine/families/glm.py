@@ -4,14 +4,14 @@ Thinking is on by default: the generation prompt opens `<think>`; with
 `enable_thinking: false` it writes an empty `<think></think>`. `reasoning_effort`
 (`high`, the default, or `max`) becomes a `Reasoning Effort:` system line while
 thinking is on. GLM 5.x sometimes reasons anyway with thinking off and closes with a
-bare `</think>`: that leaked prefix is dropped from the content.
+bare `</think>`: that leaked prefix is dropped from the content. Tool calls come in
+`<tool_call>...</tool_call>`, arguments as `<arg_key>`/`<arg_value>` pairs.
 """
 
 from engine.families.base import Family, Toggle
 
 FAMILY = Family(
     name="glm45",
-    title="GLM 5.2",
     template="glm45",
     toggles=(
         Toggle(key="enable_thinking", default=True),
@@ -25,8 +25,6 @@ FAMILY = Family(
     ),
     reasoning_parser="glm45",
     tool_parser="glm47",
-    reasoning_markers=("<think>", "</think>"),
-    tool_call_markers=("<tool_call>", "</tool_call>"),
     special_tokens=(
         "[gMASK]",
         "<sop>",
@@ -46,5 +44,4 @@ FAMILY = Family(
     name_patterns=("glm-5", "glm5", "glm-4.5", "glm-4.6", "glm-4.7"),
     model_types=("glm4_moe", "glm_moe_dsa", "glm5"),
     drop_leak_through="</think>",
-    notes="`enable_thinking` (bool, default true); `reasoning_effort` `high` | `max`.",
 )

@@ -1,21 +1,20 @@
 """Kimi K2.x (Moonshot AI; K2.6 here): `<|im_user|>user<|im_middle|>...<|im_end|>` turns.
 
-The generation prompt opens `<think>` when thinking is on (the default) and writes an
-empty `<think></think>` when it is off, so the model's output starts inside the
-reasoning block: vLLM's `kimi_k2` parser expects exactly that.
+`thinking` (a boolean, in `chat_template_kwargs` or at the top level) is on by default.
+The generation prompt opens `<think>` when thinking is on and writes an empty
+`<think></think>` when it is off, so the model's output starts inside the reasoning
+block: vLLM's `kimi_k2` parser expects exactly that. Tool calls come in
+`<|tool_calls_section_begin|>...<|tool_calls_section_end|>`.
 """
 
 from engine.families.base import Family, Toggle
 
 FAMILY = Family(
     name="kimi_k2",
-    title="Kimi K2.6",
     template="kimi_k2",
     toggles=(Toggle(key="thinking", default=True),),
     reasoning_parser="kimi_k2",
     tool_parser="kimi_k2",
-    reasoning_markers=("<think>", "</think>"),
-    tool_call_markers=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
     special_tokens=(
         "<|im_system|>",
         "<|im_user|>",
@@ -27,5 +26,4 @@ FAMILY = Family(
     ),
     name_patterns=("kimi-k2", "kimi_k2"),
     model_types=("kimi_k2", "kimi_k25"),
-    notes="`thinking` (bool, default true) in chat_template_kwargs or top level.",
 )

@@ -2,24 +2,21 @@
 
 `thinking_mode` is `adaptive` by default (the model decides whether to think; the
 generation prompt opens nothing), `enabled` (the prompt opens `<mm:think>`) or
-`disabled` (the prompt writes an empty `<mm:think></mm:think>`).
+`disabled` (the prompt writes an empty `<mm:think></mm:think>`). Tool calls come in
+`]<]minimax[>[<tool_call>...]<]minimax[>[</tool_call>`.
 """
 
 from engine.families.base import Family, Toggle
 
 FAMILY = Family(
     name="minimax_m3",
-    title="MiniMax M3",
     template="minimax_m3",
     toggles=(
         Toggle(key="thinking_mode", default="adaptive", values=("adaptive", "enabled", "disabled")),
     ),
     reasoning_parser="minimax_m3",
     tool_parser="minimax_m3",
-    reasoning_markers=("<mm:think>", "</mm:think>"),
-    tool_call_markers=("]<]minimax[>[<tool_call>", "]<]minimax[>[</tool_call>"),
     special_tokens=("]~!b[", "]~b]", "[e~[", "<mm:think>", "</mm:think>", "]<]minimax[>["),
     name_patterns=("minimax-m3", "minimax_m3"),
     model_types=("minimax_m3", "minimax_m3_vl"),
-    notes="`thinking_mode` `adaptive` (default) | `enabled` | `disabled`.",
 )

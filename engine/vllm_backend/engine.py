@@ -1,4 +1,10 @@
-"""The Engine implemented with vLLM's AsyncLLM. The only module that imports vllm's engine."""
+"""`VLLMEngine`: the Engine implemented over vLLM's AsyncLLM (built by `config`).
+
+It renders and tokenizes prompts, fits the output budget into the context length,
+submits requests to the AsyncLLM (greedy `n > 1` as `n` requests, which vLLM refuses as
+one) and turns vLLM's outputs into engine deltas, with reasoning and tool calls split
+off; it also pauses, resumes and sleeps the AsyncLLM for the admission controller.
+"""
 
 from __future__ import annotations
 

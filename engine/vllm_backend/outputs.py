@@ -1,4 +1,6 @@
-"""vLLM's outputs and objects -> the engine-neutral types of engine.protocol."""
+"""vLLM's outputs and objects -> the engine-neutral types of engine.protocol: choice
+deltas, finish reasons and tool calls, plus what the AsyncLLM can take (images, KV cache
+tokens) and token-id checks."""
 
 from __future__ import annotations
 

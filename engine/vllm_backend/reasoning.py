@@ -146,7 +146,8 @@ def _parser_class(family: Family | None, tokenizer: Any) -> Any:
         return None
     from vllm.parser.parser_manager import ParserManager
 
-    # Tool parsing comes with issue 4; the family record already names its parser.
+    # Only the reasoning parser: tool calls are parsed by `tool_calls.ToolCallStream`,
+    # with the family's tool parser.
     return ParserManager.get_parser(
         reasoning_parser_name=family.reasoning_parser, tokenizer=tokenizer
     )
