@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 
 # Two engines may run at once (integration + e2e): keep each one's KV cache small.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from app.main import create_app
 from engine.scripted import ScriptedEngine
+from tests.client import AppClient, app_client
 
 SCRIPTED_MODEL = "scripted"
 
@@ -25,9 +24,7 @@ def scripted_engine() -> ScriptedEngine:
 
 
 @pytest.fixture
-async def client(scripted_engine: ScriptedEngine) -> AsyncIterator[httpx.AsyncClient]:
+async def client(scripted_engine: ScriptedEngine) -> AsyncIterator[AppClient]:
     """The app over a scripted engine, in-process."""
-    app = create_app(engine=scripted_engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with app_client(scripted_engine) as http:
         yield http

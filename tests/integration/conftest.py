@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 
-from app.main import create_app
 from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir, is_prepared
 from engine.vllm_backend.config import EngineConfig
 from engine.vllm_backend.engine import VLLMEngine
+from tests.client import AppClient, app_client
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +31,6 @@ async def real_engine() -> AsyncIterator[VLLMEngine]:
 
 
 @pytest.fixture(scope="session")
-async def real_client(real_engine: VLLMEngine) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(engine=real_engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as c:
+async def real_client(real_engine: VLLMEngine) -> AsyncIterator[AppClient]:
+    async with app_client(real_engine, timeout=120) as c:
         yield c

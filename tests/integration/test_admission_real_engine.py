@@ -8,14 +8,13 @@ import time
 from collections.abc import AsyncIterator
 
 import httpx
-import msgspec
 
-from app.main import create_app
 from app.settings import Settings
 from engine.admission.probes import GpuSample, ScriptedProbe, Segment
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.protocol import GenerateOutput, GenerateRequest
 from engine.vllm_backend.engine import VLLMEngine
+from tests.client import app_client, stream_events
 
 URL = "/v1/chat/completions"
 OWNER_FROM_S, OWNER_UNTIL_S, LOAD_S = 5.0, 10.0, 17.0
@@ -66,9 +65,7 @@ def outcome(response: httpx.Response) -> str:
         assert code in {"draining", "yielded"}, response.text
         return f"503:{code}"
     assert response.status_code == 200, response.text
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    assert events[-1] == b"[DONE]"
-    last = msgspec.json.decode(events[-2])
+    last = stream_events(response, allow_error=True)[-1]  # ends in data: [DONE]
     if "error" in last:
         assert last["error"]["code"] == "draining", last
         return "stream:drained"
@@ -86,17 +83,15 @@ async def test_owner_comes_and_goes_under_streaming_load(real_engine: VLLMEngine
     settings = Settings(
         grace_period=GRACE_S, resume_after=RESUME_AFTER_S, probe_interval=INTERVAL_S
     )
-    app = create_app(settings, engine=recording, probe=probe)  # type: ignore[arg-type]
-    controller = app.state.admission
-    transport = httpx.ASGITransport(app=app)
-    probe.restart()
-    await controller.start()
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=60) as c:
+    async with app_client(recording, settings, probe=probe, timeout=60) as c:  # type: ignore[arg-type]
+        controller = c.app.state.admission
+        probe.restart()
+        await controller.start()
+        try:
             until = probe.started_at + LOAD_S
             results = await asyncio.gather(*(client_loop(c, n, until) for n in ("ann", "bo", "cy")))
-    finally:
-        await controller.close()
+        finally:
+            await controller.close()
 
     endings = [ending for per_client in results for ending in per_client]
     events = list(controller.events)

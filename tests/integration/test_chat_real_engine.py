@@ -1,11 +1,11 @@
 """Chat completions through the app and the real vLLM engine on SmolLM2-135M-Instruct."""
 
 import httpx
-import msgspec
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.protocol import GenerateRequest, SamplingOptions
 from engine.vllm_backend.engine import VLLMEngine
+from tests.client import stream_events
 
 URL = "/v1/chat/completions"
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
@@ -26,9 +26,7 @@ async def test_stream_equals_non_stream(real_client: httpx.AsyncClient) -> None:
     request = body(temperature=0, seed=7, max_tokens=24, messages=STORY)
     plain = (await real_client.post(URL, json=request)).json()
     streamed = await real_client.post(URL, json={**request, "stream": True})
-    events = [e[6:] for e in streamed.content.split(b"\n\n") if e.startswith(b"data: ")]
-    assert events[-1] == b"[DONE]"
-    chunks = [msgspec.json.decode(e) for e in events[:-1]]
+    chunks = stream_events(streamed)  # ends in data: [DONE]
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     assert text == plain["choices"][0]["message"]["content"]
     assert chunks[-1]["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
@@ -46,8 +44,7 @@ async def test_max_tokens_gives_length_and_exact_count(real_client: httpx.AsyncC
 async def test_usage_adds_up_in_stream(real_client: httpx.AsyncClient) -> None:
     request = body(max_tokens=6, stream=True, stream_options={"include_usage": True})
     response = await real_client.post(URL, json=request)
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    usage = msgspec.json.decode(events[-2])["usage"]
+    usage = stream_events(response)[-1]["usage"]
     assert usage["prompt_tokens"] > 10
     assert 1 <= usage["completion_tokens"] <= 6
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]

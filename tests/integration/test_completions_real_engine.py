@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import httpx
-import msgspec
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
+from tests.client import stream_events
 
 URL = "/v1/completions"
 PROMPT = "The capital of France is"
@@ -66,9 +66,7 @@ async def test_stream(real_client: httpx.AsyncClient) -> None:
     response = await real_client.post(
         URL, json={**body, "stream": True, "stream_options": {"include_usage": True}}
     )
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    assert events[-1] == b"[DONE]"
-    chunks = [msgspec.json.decode(e) for e in events[:-1]]
+    chunks = stream_events(response)  # ends in data: [DONE]
     text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
     assert text == plain["choices"][0]["text"]
     assert chunks[-1]["usage"]["completion_tokens"] == 4

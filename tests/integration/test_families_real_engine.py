@@ -16,15 +16,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 
-from app.main import create_app
 from engine import families
 from engine.checkpoint import default_model_dir, is_prepared
 from engine.protocol import GenerateRequest
 from engine.vllm_backend.config import EngineConfig
 from engine.vllm_backend.engine import VLLMEngine
+from tests.client import app_client, stream_events
 from tests.family_model import MARKERS, make_family_checkpoint
 
 MODEL = "family-test"
@@ -90,9 +89,7 @@ async def family_engine(
 
 @pytest.fixture(scope="module")
 async def family_client(family_engine: ForcedOutputEngine) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(engine=family_engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as c:
+    async with app_client(family_engine, timeout=120) as c:
         yield c
 
 
@@ -112,9 +109,7 @@ async def chat_stream(client: httpx.AsyncClient, **fields: Any) -> tuple[str, st
     body = {"model": MODEL, "messages": USER, "max_tokens": 40, "temperature": 0, "stream": True}
     response = await client.post(URL, json={**body, **fields})
     assert response.status_code == 200, response.text
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    assert events[-1] == b"[DONE]"
-    chunks = [msgspec.json.decode(e) for e in events[:-1]]
+    chunks = stream_events(response)  # ends in data: [DONE]
     deltas = [c["choices"][0]["delta"] for c in chunks]
     reasoning = "".join(d.get("reasoning", "") for d in deltas)
     content = "".join(d.get("content") or "" for d in deltas)

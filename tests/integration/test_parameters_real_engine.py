@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
+from tests.client import stream_events
 
 URL = "/v1/chat/completions"
 MODEL = DEFAULT_MODEL_NAME
@@ -84,10 +85,7 @@ async def test_top_logprobs_are_sorted_alternatives(real_client: httpx.AsyncClie
 async def test_logprobs_stream(real_client: httpx.AsyncClient) -> None:
     body = {"model": MODEL, "messages": POEM, "max_tokens": 3, "stream": True, "logprobs": True}
     response = await real_client.post(URL, json={**body, "top_logprobs": 2})
-    import msgspec
-
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    chunks = [msgspec.json.decode(e) for e in events[:-1]]
+    chunks = stream_events(response)
     entries = [c["choices"][0]["logprobs"]["content"] for c in chunks if c["choices"]]
     flat = [e for group in entries if group for e in group]
     assert len(flat) == 3
@@ -111,12 +109,9 @@ async def test_n_at_temperature_zero_is_allowed(real_client: httpx.AsyncClient) 
 async def test_n_streams_interleaved_with_own_role_and_finish(
     real_client: httpx.AsyncClient,
 ) -> None:
-    import msgspec
-
     body = {"model": MODEL, "messages": POEM, "max_tokens": 4, "stream": True, "n": 2}
     response = await real_client.post(URL, json={**body, "temperature": 0})
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    chunks = [msgspec.json.decode(e) for e in events[:-1]]
+    chunks = stream_events(response)
     for index in (0, 1):
         mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == index]
         assert mine[0]["delta"]["role"] == "assistant"

@@ -6,10 +6,10 @@ import json
 
 import httpx
 import jsonschema
-import msgspec
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
+from tests.client import stream_events
 
 URL = "/v1/chat/completions"
 MODEL = DEFAULT_MODEL_NAME
@@ -167,8 +167,7 @@ async def test_streamed_tool_call_reassembles(real_client: httpx.AsyncClient) ->
     response = await real_client.post(
         URL, json={"model": MODEL, "max_tokens": 80, "stream": True, **fields}
     )
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    chunks = [msgspec.json.decode(e) for e in events[:-1]]
+    chunks = stream_events(response)
     calls: dict[int, dict] = {}
     for chunk in chunks:
         for delta in chunk["choices"][0]["delta"].get("tool_calls") or []:

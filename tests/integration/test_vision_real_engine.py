@@ -4,16 +4,15 @@ vLLM's multi-modal processor, and their tokens count in `prompt_tokens`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
 
-from app.main import create_app
 from app.settings import Settings
 from engine.checkpoint import default_model_dir, is_prepared
 from engine.vllm_backend.engine import EngineConfig, VLLMEngine
+from tests.client import app_client, stream_events
 from tests.images import ImageServer, Route, data_uri, gif_two_frames, image_server, png
 from tests.vision_model import IMAGE_PROMPT_TOKENS, build_tiny_vlm
 
@@ -51,9 +50,8 @@ def images() -> Iterator[ImageServer]:
 
 @pytest.fixture(scope="module")
 async def vision_client(vision_engine: VLLMEngine) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(Settings(allow_private_image_urls=True), engine=vision_engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=300) as c:
+    settings = Settings(allow_private_image_urls=True)
+    async with app_client(vision_engine, settings, timeout=300) as c:
         yield c
 
 
@@ -115,9 +113,7 @@ async def test_streamed_usage_counts_image_tokens(
         stream_options={"include_usage": True},
     )
     assert response.status_code == 200
-    events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
-    assert events[-1] == "[DONE]"
-    usage = json.loads(events[-2])["usage"]
+    usage = stream_events(response)[-1]["usage"]  # ends in data: [DONE]
     assert usage["prompt_tokens"] == plain
 
 

@@ -6,15 +6,14 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
-import msgspec
 import pytest
 
-from app.main import create_app
 from app.settings import Settings
 from engine.admission.policy import State
 from engine.admission.probes import GpuSample
 from engine.admission.runtime import AdmissionController
 from engine.scripted import ScriptedEngine
+from tests.client import app_client, stream_events
 
 URL = "/v1/chat/completions"
 USER = [{"role": "user", "content": "hi"}]
@@ -30,10 +29,6 @@ class StaticProbe:
 
     def sample(self) -> GpuSample:
         return self.value
-
-
-def sse_events(body: bytes) -> list[bytes]:
-    return [line[6:] for line in body.split(b"\n\n") if line.startswith(b"data: ")]
 
 
 class Harness:
@@ -55,10 +50,8 @@ async def harness() -> AsyncIterator[Harness]:
         max_queued_per_client=1,
         queue_timeout=5.0,
     )
-    app = create_app(settings, engine=engine, probe=StaticProbe())
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield Harness(http, app.state, engine)
+    async with app_client(engine, settings, probe=StaticProbe()) as http:
+        yield Harness(http, http.app.state, engine)
 
 
 def chat(**fields: object) -> dict:
@@ -128,12 +121,11 @@ async def test_stream_ended_by_draining_gets_an_error_event_then_done(harness: H
     await harness.controller.observe(OWNER)  # grace over: end it
     response = await streaming
     assert response.status_code == 200
-    events = sse_events(response.content)
-    assert events[-1] == b"[DONE]"
-    error = msgspec.json.decode(events[-2])["error"]
+    events = stream_events(response, allow_error=True)  # ends in data: [DONE]
+    error = events[-1]["error"]
     assert (error["code"], error["type"]) == ("draining", "service_unavailable")
     assert error["retry_after"] >= 1
-    content = [msgspec.json.decode(e) for e in events[:-2]]
+    content = events[:-1]
     assert content and all(c["choices"][0]["finish_reason"] is None for c in content)
     assert harness.engine.unfinished_requests() == 0
 
@@ -171,13 +163,11 @@ async def test_admin_drain_and_resume(harness: Harness) -> None:
 
 
 async def test_admin_routes_are_forbidden_without_a_configured_key() -> None:
-    app = create_app(Settings(), engine=ScriptedEngine(), probe=StaticProbe())
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+    async with app_client(ScriptedEngine(), Settings(), probe=StaticProbe()) as http:
         response = await http.post("/admin/admission/drain", headers=ADMIN)
         assert response.status_code == 403
         assert "--admin-key" in response.json()["error"]["message"]
-        assert app.state.admission.state is State.SERVING
+        assert http.app.state.admission.state is State.SERVING
 
 
 async def test_priority_field_is_accepted_and_reaches_the_engine(harness: Harness) -> None:

@@ -1,16 +1,12 @@
 """The HTTP layer over a scripted engine: shapes, streaming framing and the error contract."""
 
 import httpx
-import msgspec
 
 from engine.scripted import ScriptedEngine
+from tests.client import app_client, stream_events
 
 URL = "/v1/chat/completions"
 USER = [{"role": "user", "content": "hi"}]
-
-
-def sse_events(body: bytes) -> list[bytes]:
-    return [line[6:] for line in body.split(b"\n\n") if line.startswith(b"data: ")]
 
 
 async def test_completion_shape(client: httpx.AsyncClient) -> None:
@@ -51,9 +47,7 @@ async def test_stream_framing(client: httpx.AsyncClient) -> None:
     response = await client.post(URL, json=request)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
-    events = sse_events(response.content)
-    assert events[-1] == b"[DONE]"
-    chunks = [msgspec.json.decode(e) for e in events[:-1]]
+    chunks = stream_events(response)  # ends in data: [DONE]
     content_chunks, usage_chunk = chunks[:-1], chunks[-1]
     assert content_chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "Hello"}
     assert all("role" not in c["choices"][0]["delta"] for c in content_chunks[1:])
@@ -67,7 +61,7 @@ async def test_stream_framing(client: httpx.AsyncClient) -> None:
 
 async def test_stream_without_usage_has_no_usage_key(client: httpx.AsyncClient) -> None:
     response = await client.post(URL, json={"model": "scripted", "messages": USER, "stream": True})
-    chunks = [msgspec.json.decode(e) for e in sse_events(response.content)[:-1]]
+    chunks = stream_events(response)
     assert all("usage" not in c for c in chunks)
 
 
@@ -141,11 +135,8 @@ async def test_context_overflow_is_400_before_the_stream(
 
 
 async def test_engine_not_ready_is_503(scripted_engine: ScriptedEngine) -> None:
-    from app.main import create_app
-
     scripted_engine._ready = False
-    app = create_app(engine=scripted_engine)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with app_client(scripted_engine) as c:
         response = await c.post(URL, json={"model": "scripted", "messages": USER})
         assert response.status_code == 503
         assert response.headers["retry-after"]

@@ -1,7 +1,8 @@
 """/v1/completions and /tokenize over a scripted engine: shapes and fan-out."""
 
 import httpx
-import msgspec
+
+from tests.client import stream_events
 
 URL = "/v1/completions"
 
@@ -38,9 +39,7 @@ async def test_echo_and_logprobs(client: httpx.AsyncClient) -> None:
 async def test_stream_echoes_once(client: httpx.AsyncClient) -> None:
     request = {"model": "scripted", "prompt": "p", "echo": True, "stream": True}
     response = await client.post(URL, json=request)
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    assert events[-1] == b"[DONE]"
-    texts = [msgspec.json.decode(e)["choices"][0]["text"] for e in events[:-1]]
+    texts = [e["choices"][0]["text"] for e in stream_events(response)]  # ends in [DONE]
     assert "".join(texts) == "pHello, world!"
 
 

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from litestar.testing import TestClient
 
-from app.main import create_app
 from engine.scripted import ScriptedEngine
+from tests.client import SyncAppClient, sync_app_client
 
 EXAMPLES_PER_ENDPOINT = 1500
 
@@ -62,13 +61,12 @@ completion_bodies = st.fixed_dictionaries(
 
 
 @pytest.fixture(scope="module")
-def http() -> Iterator[TestClient]:
-    app = create_app(engine=ScriptedEngine(max_model_len=64))
-    with TestClient(app) as client:
+def http() -> Iterator[SyncAppClient]:
+    with sync_app_client(ScriptedEngine(max_model_len=64)) as client:
         yield client
 
 
-def post_and_check(http: TestClient, url: str, body: dict) -> None:
+def post_and_check(http: SyncAppClient, url: str, body: dict) -> None:
     response = http.post(url, json=body)
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
@@ -88,11 +86,11 @@ fuzz_settings = settings(
 
 @fuzz_settings
 @given(body=chat_bodies)
-def test_chat_never_5xx(http: TestClient, body: dict) -> None:
+def test_chat_never_5xx(http: SyncAppClient, body: dict) -> None:
     post_and_check(http, "/v1/chat/completions", body)
 
 
 @fuzz_settings
 @given(body=completion_bodies)
-def test_completions_never_5xx(http: TestClient, body: dict) -> None:
+def test_completions_never_5xx(http: SyncAppClient, body: dict) -> None:
     post_and_check(http, "/v1/completions", body)

@@ -1,11 +1,10 @@
 """Reasoning on the wire, over an engine that scripts reasoning and content deltas."""
 
 import httpx
-import msgspec
 
-from app.main import create_app
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest
 from engine.scripted import ScriptedEngine
+from tests.client import app_client, stream_events
 
 URL = "/v1/chat/completions"
 USER = [{"role": "user", "content": "hi"}]
@@ -25,8 +24,7 @@ class ReasoningEngine(ScriptedEngine):
 
 
 async def post(engine: ScriptedEngine, body: dict) -> httpx.Response:
-    transport = httpx.ASGITransport(app=create_app(engine=engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with app_client(engine) as http:
         return await http.post(URL, json={"model": "scripted", "messages": USER, **body})
 
 
@@ -44,8 +42,7 @@ async def test_no_reasoning_key_without_reasoning() -> None:
 
 async def test_delta_reasoning_when_streaming() -> None:
     response = await post(ReasoningEngine(), {"stream": True})
-    events = [e[6:] for e in response.content.split(b"\n\n") if e.startswith(b"data: ")]
-    deltas = [msgspec.json.decode(e)["choices"][0]["delta"] for e in events[:-1]]
+    deltas = [e["choices"][0]["delta"] for e in stream_events(response)]
     assert deltas == [
         {"role": "assistant", "reasoning": "Let me "},
         {"reasoning": "think."},

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.main import create_app
 from app.settings import Settings
 from engine.scripted import ScriptedEngine
+from tests.client import app_client, stream_events
 from tests.images import Route, data_uri, image_server, png
 
 
@@ -20,9 +20,7 @@ def vision_engine() -> ScriptedEngine:
 
 @pytest.fixture
 async def vision_client(vision_engine: ScriptedEngine) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(Settings(allow_private_image_urls=True), engine=vision_engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with app_client(vision_engine, Settings(allow_private_image_urls=True)) as http:
         yield http
 
 
@@ -77,7 +75,7 @@ async def test_streaming_with_an_image(vision_client: httpx.AsyncClient) -> None
     )
     response = await vision_client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200
-    assert response.text.rstrip().endswith("data: [DONE]")
+    stream_events(response)  # ends in data: [DONE]
 
 
 async def test_model_without_vision_is_a_400(
@@ -115,8 +113,7 @@ async def test_bad_image_is_a_400_and_nothing_runs(
 
 async def test_private_urls_refused_without_the_flag() -> None:
     engine = ScriptedEngine(supports_vision=True)
-    app = create_app(Settings(), engine=engine)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with app_client(engine, Settings()) as c:
         with image_server({"/a.png": Route(png())}) as server:
             body = chat({"role": "user", "content": [image(server.url("/a.png"))]})
             response = await c.post("/v1/chat/completions", json=body)

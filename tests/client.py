@@ -1,0 +1,157 @@
+"""The tests' client side, shared: the app in-process behind an httpx client, and a reader
+for the server-sent events of a streamed response.
+
+    async with app_client(engine, settings, probe=probe) as http:
+        response = await http.post(URL, json=body)   # http.app is the Litestar app
+    chunks = stream_events(response)   # 200, event stream, ends in [DONE], no error event
+    events = read_sse(response)        # any body: every event, error events included
+
+`sync_app_client` is the same client for synchronous tests (hypothesis's).
+
+The client does not run the app's lifespan: the engine is the caller's, started and shut
+down by the caller (a session-scoped real engine outlives many clients).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import httpx
+from litestar import Litestar
+
+from app.main import create_app
+from app.settings import Settings
+from engine.admission.probes import Probe
+from engine.protocol import Engine
+
+__all__ = [
+    "AppClient",
+    "SyncAppClient",
+    "app_client",
+    "assert_no_error_event",
+    "read_sse",
+    "stream_events",
+    "sync_app_client",
+]
+
+DONE = "[DONE]"
+
+
+class AppClient(httpx.AsyncClient):
+    """An httpx client whose requests go straight into `app`, in-process."""
+
+    def __init__(self, app: Litestar, *, timeout: float) -> None:
+        transport = httpx.ASGITransport(app=app)
+        super().__init__(transport=transport, base_url="http://test", timeout=timeout)
+        self.app = app
+
+
+@asynccontextmanager
+async def app_client(
+    engine: Engine,
+    settings: Settings | None = None,
+    *,
+    probe: Probe | None = None,
+    timeout: float = 5.0,
+) -> AsyncIterator[AppClient]:
+    """The app of `create_app(settings, engine=engine, probe=probe)` behind a client."""
+    app = create_app(settings, engine=engine, probe=probe)
+    async with AppClient(app, timeout=timeout) as client:
+        yield client
+
+
+def read_sse(source: httpx.Response | bytes | str) -> list[dict[str, Any]]:
+    """Every event of a whole SSE body, decoded from JSON, in order.
+
+    Asserts the framing: only `data:` fields (and comments), every event closed by a
+    blank line, and `data: [DONE]` exactly once, last. `[DONE]` is not returned. Error
+    events are returned like the others (see `assert_no_error_event`)."""
+    if isinstance(source, httpx.Response):
+        text = source.text
+    elif isinstance(source, bytes):
+        text = source.decode()
+    else:
+        text = source
+    payloads: list[str] = []
+    pending: list[str] | None = None
+    # Split on "\n" only: str.splitlines would also split on U+2028 inside a JSON string.
+    for line in text.replace("\r\n", "\n").split("\n"):
+        if not line:
+            if pending is not None:
+                payloads.append("\n".join(pending))
+                pending = None
+        elif line.startswith(":"):
+            continue  # a comment
+        elif line.startswith("data:"):
+            value = line[5:]
+            pending = [*(pending or []), value[1:] if value.startswith(" ") else value]
+        else:
+            raise AssertionError(f"not a data line in the event stream: {line!r}\n{text}")
+    assert pending is None, f"the stream ends inside an event: {pending!r}"
+    assert payloads, f"no events in the stream: {text!r}"
+    assert payloads[-1] == DONE, f"the stream does not end with data: [DONE]: {text[-500:]!r}"
+    assert payloads.count(DONE) == 1, f"data: [DONE] more than once: {text!r}"
+    events = [json.loads(payload) for payload in payloads[:-1]]
+    assert all(isinstance(event, dict) for event in events), events
+    return events
+
+
+def assert_no_error_event(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`events`, after asserting that none of them is an error event."""
+    errors = [event for event in events if "error" in event]
+    assert not errors, f"the stream carries error events: {errors}"
+    return events
+
+
+def stream_events(response: httpx.Response, *, allow_error: bool = False) -> list[dict[str, Any]]:
+    """The events of a streamed response that must have succeeded: asserts a 200 with an
+    event-stream body read whole by `read_sse`, and, unless `allow_error`, that no event
+    is an error event (an error after the stream started ends it with a 200)."""
+    assert response.status_code == 200, response.text
+    content_type = response.headers.get("content-type", "")
+    assert content_type.startswith("text/event-stream"), content_type
+    events = read_sse(response)
+    return events if allow_error else assert_no_error_event(events)
+
+
+class SyncAppClient:
+    """`AppClient` for synchronous tests (hypothesis's): each call runs on its own loop."""
+
+    def __init__(self, client: AppClient, loop: asyncio.AbstractEventLoop) -> None:
+        self.client = client
+        self.app = client.app
+        self._loop = loop
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        return self._loop.run_until_complete(self.client.request(method, url, **kwargs))
+
+    def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
+
+
+@contextmanager
+def sync_app_client(
+    engine: Engine,
+    settings: Settings | None = None,
+    *,
+    probe: Probe | None = None,
+    timeout: float = 5.0,
+) -> Iterator[SyncAppClient]:
+    """`app_client`, driven synchronously on an event loop of its own."""
+    loop = asyncio.new_event_loop()
+    context = app_client(engine, settings, probe=probe, timeout=timeout)
+    try:
+        client = loop.run_until_complete(context.__aenter__())
+        try:
+            yield SyncAppClient(client, loop)
+        finally:
+            loop.run_until_complete(context.__aexit__(None, None, None))
+    finally:
+        loop.close()
