@@ -184,9 +184,9 @@ class ChatGeneration(Generation[ChatChoiceState]):
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
 
-    def chunk_choice(
+    def delta_chunk(
         self, position: int, output: GenerateOutput, delta: ChoiceDelta
-    ) -> ChunkChoice | None:
+    ) -> ChatCompletionChunk | None:
         role = None
         if delta.index not in self._started:
             self._started.add(delta.index)
@@ -197,7 +197,7 @@ class ChatGeneration(Generation[ChatChoiceState]):
         # The first chunk carries content "" with the role, unless it carries
         # reasoning or a tool call instead.
         first_content = role is not None and not (delta.reasoning or tool_calls)
-        return ChunkChoice(
+        choice = ChunkChoice(
             index=delta.index,
             delta=Delta(
                 role=role,
@@ -208,8 +208,15 @@ class ChatGeneration(Generation[ChatChoiceState]):
             logprobs=to_wire_logprobs(delta.logprobs),
             finish_reason=delta.finish_reason,
         )
-
-    def chunk(self, choices: list[ChunkChoice]) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=self.id, created=self.created, model=self.model, choices=choices
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=[choice],
+            usage=self.chunk_usage,
+        )
+
+    def usage_chunk(self, usage: Usage) -> ChatCompletionChunk:
+        return ChatCompletionChunk(
+            id=self.id, created=self.created, model=self.model, choices=[], usage=usage
         )

@@ -139,9 +139,7 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
 
-    def chunk_choice(
-        self, position: int, output: GenerateOutput, delta: ChoiceDelta
-    ) -> CompletionChoice:
+    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> Completion:
         index = position * self._request.n + delta.index
         text = delta.text
         logprobs = None
@@ -156,9 +154,18 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
         if self._request.echo and index not in self._echoed:
             self._echoed.add(index)
             text = self._prompts[position] + text
-        return CompletionChoice(
+        choice = CompletionChoice(
             index=index, text=text, logprobs=logprobs, finish_reason=delta.finish_reason
         )
+        return Completion(
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=[choice],
+            usage=self.chunk_usage,
+        )
 
-    def chunk(self, choices: list[CompletionChoice]) -> Completion:
-        return Completion(id=self.id, created=self.created, model=self.model, choices=choices)
+    def usage_chunk(self, usage: Usage) -> Completion:
+        return Completion(
+            id=self.id, created=self.created, model=self.model, choices=[], usage=usage
+        )

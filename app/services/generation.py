@@ -17,8 +17,9 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, ClassVar, Generic, TypeVar
+
+from msgspec import UNSET
 
 from app.schemas.chat import Usage
 from app.schemas.sampling import SamplingFields
@@ -52,6 +53,9 @@ class Generation(ABC, Generic[StateT]):
         self.model = model
         self.created = int(time.time())
         self.include_usage = include_usage
+        # A chunk's `usage`: null on every chunk but the last when usage was asked for,
+        # else absent (UNSET is never encoded).
+        self.chunk_usage = None if include_usage else UNSET
         self._prompt_tokens: dict[int, int] = {}
         self._completion_tokens = 0
 
@@ -77,12 +81,13 @@ class Generation(ABC, Generic[StateT]):
         """The whole non-streamed response."""
 
     @abstractmethod
-    def chunk_choice(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> Any:
-        """The wire choice of one streamed delta, or None when it has nothing to send."""
+    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> Any:
+        """The stream chunk of one delta (its `usage` is `self.chunk_usage`), or None when
+        the delta has nothing to send."""
 
     @abstractmethod
-    def chunk(self, choices: list[Any]) -> Any:
-        """One stream chunk (its `usage` is set here) around `choices`."""
+    def usage_chunk(self, usage: Usage) -> Any:
+        """The closing chunk: no choices, and `usage`."""
 
     # ------------------------------------------------------------ the skeleton
 
@@ -102,31 +107,27 @@ class Generation(ABC, Generic[StateT]):
                 state.finish_reason = delta.finish_reason
             self.absorb(state, delta)
 
-    def frames(self, position: int, output: GenerateOutput) -> list[bytes]:
-        """SSE frames of one engine output: a chunk per delta that has something to say."""
+    def frames(self, output: GenerateOutput, position: int = 0) -> list[bytes]:
+        """SSE frames of one engine output: a chunk per delta that has something to say.
+        The per-token path: keep it to one hook call per delta."""
         self._prompt_tokens[position] = output.prompt_tokens
         frames = []
         for delta in output.choices:
             self._completion_tokens += delta.token_count
-            choice = self.chunk_choice(position, output, delta)
-            if choice is None:
-                continue
-            chunk = self.chunk([choice])
-            if self.include_usage:
-                chunk.usage = None
-            frames.append(frame(chunk))
+            chunk = self.delta_chunk(position, output, delta)
+            if chunk is not None:
+                frames.append(frame(chunk))
         return frames
 
     def indexed_frames(self, indexed: tuple[int, GenerateOutput]) -> list[bytes]:
-        return self.frames(*indexed)
+        position, output = indexed
+        return self.frames(output, position)
 
     def closing_frames(self) -> list[bytes]:
         """The usage chunk (empty `choices`), when the client asked for it."""
         if not self.include_usage:
             return []
-        chunk = self.chunk([])
-        chunk.usage = self.usage()
-        return [frame(chunk)]
+        return [frame(self.usage_chunk(self.usage()))]
 
 
 class GenerationService(ABC, Generic[RequestT]):
@@ -166,10 +167,7 @@ class GenerationService(ABC, Generic[RequestT]):
         """Errors of the request are raised here, before any byte of the stream."""
         generation, generates = await self._start(request, client)
         outputs = self._outputs(generates)
-        if len(generates) == 1:
-            frames: Any = partial(generation.frames, 0)
-        else:
-            frames = generation.indexed_frames
+        frames: Any = generation.frames if len(generates) == 1 else generation.indexed_frames
         return await open_sse(outputs, frames, generation.closing_frames)
 
     async def _start(
