@@ -8,7 +8,7 @@ counting usage and streaming are `app.services.generation`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from app.errors import InvalidRequest
 from app.schemas.chat import (
@@ -187,7 +187,7 @@ class ChatGeneration(Generation[ChatChoiceState]):
     def delta_chunk(
         self, position: int, output: GenerateOutput, delta: ChoiceDelta
     ) -> ChatCompletionChunk | None:
-        role = None
+        role: Literal["assistant"] | None = None
         if delta.index not in self._started:
             self._started.add(delta.index)
             role = "assistant"
