@@ -1,4 +1,5 @@
-"""The Litestar app: routes, error handlers, and the engine's lifespan."""
+"""The Litestar app: routes, the services they are handed (dependency injection),
+error handlers, and the engine's lifespan."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import msgspec
 from litestar import Litestar
 from litestar.datastructures import State
+from litestar.di import Provide
 
 from app.errors import exception_handlers
 from app.metrics import build_registry
-from app.routes.admin import admission_drain, admission_resume, admission_status
+from app.routes.admin import admin_router
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.health import health, metrics
@@ -109,17 +112,13 @@ def create_app(
             await admission.close()
             await engine.shutdown()
 
-    state = State(
-        {
-            "engine": engine,
-            "admission": admission,
-            "chat": ChatService(admitted, ImageLoader(ImageLimits.from_settings(settings))),
-            "completions": CompletionService(admitted),
-            "encoder": msgspec.json.Encoder(),
-            "metrics": build_registry(engine),
-            "settings": settings,
-        }
-    )
+    services = {
+        "engine": engine,
+        "admission": admission,
+        "chat": ChatService(admitted, ImageLoader(ImageLimits.from_settings(settings))),
+        "completions": CompletionService(admitted),
+        "registry": build_registry(engine),
+    }
     return Litestar(
         route_handlers=[
             create_chat_completion,
@@ -129,15 +128,24 @@ def create_app(
             list_models,
             health,
             metrics,
-            admission_status,
-            admission_drain,
-            admission_resume,
+            admin_router(settings.admin_key),
         ],
+        dependencies={name: _provide(service) for name, service in services.items()},
         exception_handlers=exception_handlers,  # type: ignore[arg-type]
         lifespan=[engine_lifespan],
-        state=state,
+        # Kept for operators and tests that reach the app from outside a request.
+        state=State({**services, "settings": settings}),
         openapi_config=None,
     )
+
+
+def _provide(service: Any) -> Provide:
+    """A dependency that hands every request the same (app-wide) object."""
+
+    def dependency() -> Any:
+        return service
+
+    return Provide(dependency, use_cache=True, sync_to_thread=False)
 
 
 def _drain_on_sigterm(admission: AdmissionController) -> None:

@@ -10,6 +10,9 @@ When the token budget is known, the added bounds shrink until the longest
 document the schema admits fits in it (counting a token per character, the
 worst case: SmolLM2 writes digits one token each). Bounds the client declared
 are never changed.
+
+`check_schema` is the one validity check of a client's schema (response_format and
+tool parameters), for the HTTP side's early 400 and the backend alike.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from engine.errors import EngineRequestError
 
 INTEGER_BOUND = 10**9
 NUMBER_BOUND = 1e9
@@ -158,3 +163,16 @@ def fit_to_budget(schema: Any, budget_tokens: int | None) -> Any:
         caps = smaller
         tight = tighten(schema, caps)
     return tight
+
+
+def check_schema(schema: dict[str, Any], param: str) -> None:
+    """Reject a schema that is not a valid JSON Schema, naming where it is wrong."""
+    from jsonschema import exceptions, validators
+
+    try:
+        validators.validator_for(schema).check_schema(schema)
+    except exceptions.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise EngineRequestError(
+            f"Invalid JSON schema at {where}: {exc.message}", param=param
+        ) from None

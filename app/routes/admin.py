@@ -1,6 +1,8 @@
 """Operator routes of the admission controller; every one needs the admin key.
 
-Without `--admin-key` configured they answer 403: an unset key must never mean "open".
+The key is checked by a guard (`AdminKeyGuard`) on the router `admin_router` builds,
+before any handler runs. Without `--admin-key` configured the routes answer 403: an
+unset key must never mean "open".
 """
 
 from __future__ import annotations
@@ -8,38 +10,52 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from litestar import Request, get, post
+from litestar import Router, get, post
+from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
+from litestar.handlers.base import BaseRouteHandler
 
-from engine.admission.runtime import AdmissionController
-
-
-def _controller(request: Request) -> AdmissionController:
-    expected: str | None = request.app.state.settings.admin_key
-    if not expected:
-        raise PermissionDeniedException("Admin routes are disabled: start with --admin-key.")
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), expected):
-        raise NotAuthorizedException("A valid admin key is required (Authorization: Bearer).")
-    return request.app.state.admission
+from app.routes.deps import AdmissionDep
 
 
-@get("/admin/admission")
-async def admission_status(request: Request) -> dict[str, Any]:
-    return _controller(request).snapshot()
+class AdminKeyGuard:
+    """Admits a request only with `Authorization: Bearer <admin key>`."""
+
+    def __init__(self, admin_key: str | None) -> None:
+        self._key = admin_key
+
+    def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        if not self._key:
+            raise PermissionDeniedException("Admin routes are disabled: start with --admin-key.")
+        header = connection.headers.get("authorization", "")
+        scheme, _sep, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), self._key):
+            raise NotAuthorizedException("A valid admin key is required (Authorization: Bearer).")
 
 
-@post("/admin/admission/drain", status_code=200)
-async def admission_drain(request: Request) -> dict[str, Any]:
+@get("/")
+async def admission_status(admission: AdmissionDep) -> dict[str, Any]:
+    return admission.snapshot()
+
+
+@post("/drain", status_code=200)
+async def admission_drain(admission: AdmissionDep) -> dict[str, Any]:
     """Stop lending until /resume: in-flight requests get the grace period."""
-    controller = _controller(request)
-    await controller.drain()
-    return controller.snapshot()
+    await admission.drain()
+    return admission.snapshot()
 
 
-@post("/admin/admission/resume", status_code=200)
-async def admission_resume(request: Request) -> dict[str, Any]:
+@post("/resume", status_code=200)
+async def admission_resume(admission: AdmissionDep) -> dict[str, Any]:
     """Lift an operator drain; the owner's activity and lending windows still apply."""
-    controller = _controller(request)
-    await controller.resume()
-    return controller.snapshot()
+    await admission.resume()
+    return admission.snapshot()
+
+
+def admin_router(admin_key: str | None) -> Router:
+    """The admin routes under /admin/admission, behind the admin key."""
+    return Router(
+        path="/admin/admission",
+        route_handlers=[admission_status, admission_drain, admission_resume],
+        guards=[AdminKeyGuard(admin_key)],
+    )

@@ -5,11 +5,12 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.response import Stream
 
+from app.routes.deps import ChatDep
 from app.routes.generation import respond
 from app.schemas.chat import chat_request_decoder
 
 
 @post("/v1/chat/completions", status_code=200)
-async def create_chat_completion(request: Request) -> Response[bytes] | Stream:
+async def create_chat_completion(request: Request, chat: ChatDep) -> Response[bytes] | Stream:
     body = chat_request_decoder.decode(await request.body())
-    return await respond(request, request.app.state.chat, body)
+    return await respond(request, chat, body)

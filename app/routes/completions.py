@@ -5,11 +5,14 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.response import Stream
 
+from app.routes.deps import CompletionsDep
 from app.routes.generation import respond
 from app.schemas.completions import completion_request_decoder
 
 
 @post("/v1/completions", status_code=200)
-async def create_completion(request: Request) -> Response[bytes] | Stream:
+async def create_completion(
+    request: Request, completions: CompletionsDep
+) -> Response[bytes] | Stream:
     body = completion_request_decoder.decode(await request.body())
-    return await respond(request, request.app.state.completions, body)
+    return await respond(request, completions, body)

@@ -1,16 +1,18 @@
-"""What the generation endpoints share: decode once, identify the client, answer
-with a JSON body or an SSE stream."""
+"""What the generation endpoints share: identify the client, then answer with a JSON
+body or an SSE stream. Services come by dependency injection (app.main)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+import msgspec
 from litestar import MediaType, Request, Response
 from litestar.response import Stream
 
 from app.services.admission import client_key
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_encoder = msgspec.json.Encoder()
 
 
 class GenerationService(Protocol):
@@ -28,4 +30,4 @@ async def respond(
         frames = await service.open_stream(body, client)
         return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
     result = await service.complete(body, client)
-    return Response(request.app.state.encoder.encode(result), media_type=MediaType.JSON)
+    return Response(_encoder.encode(result), media_type=MediaType.JSON)

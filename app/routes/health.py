@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from litestar import MediaType, Request, Response, get
+from litestar import MediaType, Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.errors import ServiceUnavailable
+from app.routes.deps import AdmissionDep, EngineDep, RegistryDep
 
 
 @get("/health", media_type=MediaType.JSON)
-async def health(request: Request) -> dict[str, str]:
-    if not request.app.state.engine.is_ready():
+async def health(engine: EngineDep, admission: AdmissionDep) -> dict[str, str]:
+    if not engine.is_ready():
         raise ServiceUnavailable("The model is still loading.", retry_after=5)
-    admission = request.app.state.admission
     if not admission.admitting():
         # Not admitting (GPU handed back to its owner): a load balancer should go elsewhere.
         state = admission.state
@@ -25,5 +25,5 @@ async def health(request: Request) -> dict[str, str]:
 
 
 @get("/metrics")
-async def metrics(request: Request) -> Response[bytes]:
-    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)
+async def metrics(registry: RegistryDep) -> Response[bytes]:
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

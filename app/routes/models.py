@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from litestar import Request, get
+from litestar import get
 
+from app.routes.deps import EngineDep
 from app.schemas.models import ModelCard, ModelList
 
 
 @get("/v1/models")
-async def list_models(request: Request) -> ModelList:
-    info = request.app.state.engine.model
+async def list_models(engine: EngineDep) -> ModelList:
+    info = engine.model
     return ModelList(
         data=[
             ModelCard(

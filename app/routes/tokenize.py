@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Request, post
 
 from app.errors import InvalidRequest
+from app.routes.deps import EngineDep
 from app.schemas.tokenize import (
     DetokenizeResponse,
     TokenizeResponse,
@@ -17,8 +18,7 @@ from app.services.sampling import check_model
 
 
 @post("/tokenize", status_code=200)
-async def tokenize(request: Request) -> TokenizeResponse:
-    engine = request.app.state.engine
+async def tokenize(request: Request, engine: EngineDep) -> TokenizeResponse:
     body = tokenize_request_decoder.decode(await request.body())
     if body.model is not None:
         check_model(engine, body.model)
@@ -43,8 +43,7 @@ async def tokenize(request: Request) -> TokenizeResponse:
 
 
 @post("/detokenize", status_code=200)
-async def detokenize(request: Request) -> DetokenizeResponse:
-    engine = request.app.state.engine
+async def detokenize(request: Request, engine: EngineDep) -> DetokenizeResponse:
     body = detokenize_request_decoder.decode(await request.body())
     if body.model is not None:
         check_model(engine, body.model)

@@ -1,11 +1,14 @@
-"""Chat completions: a decoded request -> an engine request -> a response or an SSE stream."""
+"""Chat completions: what is chat-specific on the generation skeleton.
+
+The engine request (messages for the template, tools, reasoning controls, images) and
+the `chat.completion` / `chat.completion.chunk` wire shapes; running the engine,
+counting usage and streaming are `app.services.generation`'s.
+"""
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from app.errors import InvalidRequest
 from app.schemas.chat import (
@@ -22,18 +25,17 @@ from app.schemas.chat import (
     TopLogprob,
     Usage,
 )
+from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
 from app.services.images import ImageLoader, template_content
-from app.services.sampling import check_common, check_model, sampling_options
-from app.services.streaming import open_sse
+from app.services.sampling import check_common, sampling_options
 from app.services.tools import (
     ToolCallCollector,
     template_tool_calls,
     tool_fields,
     wire_deltas,
 )
-from app.sse import frame
 from engine import protocol
-from engine.protocol import Engine, GenerateOutput, GenerateRequest
+from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 
 
 def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
@@ -87,17 +89,16 @@ def reasoning_controls(request: ChatCompletionRequest) -> dict[str, Any]:
 
 
 def engine_request(
-    engine: Engine, request: ChatCompletionRequest, client: str | None = None
+    request: ChatCompletionRequest, request_id: str, client: str | None = None
 ) -> GenerateRequest:
-    """`client` is whom admission's fairness counts the request against."""
-    check_model(engine, request.model)
+    """The checked engine request of a chat request whose model is known to be served."""
     max_tokens = request.max_completion_tokens or request.max_tokens
     check_common(request, max_tokens)
     if request.top_logprobs is not None and not request.logprobs:
         raise InvalidRequest("`top_logprobs` requires `logprobs: true`.", param="top_logprobs")
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     return GenerateRequest(
-        request_id=f"chatcmpl-{uuid.uuid4().hex}",
+        request_id=request_id,
         sampling=sampling_options(request, max_tokens=max_tokens, logprobs=logprobs),
         messages=messages_for_template(request.messages),
         template_kwargs=dict(request.chat_template_kwargs or {}),
@@ -108,136 +109,114 @@ def engine_request(
     )
 
 
-def _message(text: str, reasoning: list[str], collector: ToolCallCollector) -> ResponseMessage:
-    tool_calls = collector.calls()
-    message = ResponseMessage(content=text or None if tool_calls else text)
-    if tool_calls:
-        message.tool_calls = tool_calls
-    if reasoning:
-        message.reasoning = "".join(reasoning)
-    return message
+class ChatService(GenerationService[ChatCompletionRequest]):
+    id_prefix = "chatcmpl"
 
-
-class ChatService:
     def __init__(self, engine: Engine, images: ImageLoader | None = None) -> None:
-        self._engine = engine
+        super().__init__(engine)
         self._images = images or ImageLoader()
 
-    async def _engine_request(
-        self, request: ChatCompletionRequest, client: str | None
-    ) -> GenerateRequest:
+    async def engine_requests(
+        self, request: ChatCompletionRequest, request_id: str, client: str | None
+    ) -> list[GenerateRequest]:
         """Checks first; images are fetched and decoded only for an otherwise valid request."""
-        generate = engine_request(self._engine, request, client)
+        generate = engine_request(request, request_id, client)
         generate.images = await self._images.load(request.messages, self._engine)
-        return generate
+        return [generate]
 
-    async def complete(
-        self, request: ChatCompletionRequest, client: str | None = None
-    ) -> ChatCompletion:
-        generate = await self._engine_request(request, client)
-        texts: dict[int, list[str]] = {i: [] for i in range(request.n)}
-        logprobs: dict[int, list[protocol.TokenLogprob]] = {i: [] for i in range(request.n)}
-        calls = {i: ToolCallCollector() for i in range(request.n)}
-        reasoning: dict[int, list[str]] = {i: [] for i in range(request.n)}
-        finish: dict[int, str | None] = {}
-        completion_tokens = prompt_tokens = 0
-        async for output in self._engine.generate(generate):
-            prompt_tokens = output.prompt_tokens
-            for delta in output.choices:
-                texts[delta.index].append(delta.text)
-                completion_tokens += delta.token_count
-                if delta.logprobs:
-                    logprobs[delta.index].extend(delta.logprobs)
-                if delta.tool_calls:
-                    calls[delta.index].add(delta.tool_calls)
-                if delta.reasoning:
-                    reasoning[delta.index].append(delta.reasoning)
-                if delta.finish_reason is not None:
-                    finish[delta.index] = delta.finish_reason
-        wants_logprobs = generate.sampling.logprobs is not None
-        choices = [
-            Choice(
-                index=index,
-                message=_message("".join(parts), reasoning[index], calls[index]),
-                logprobs=to_wire_logprobs(logprobs[index]) if wants_logprobs else None,
-                finish_reason=finish.get(index),
-            )
-            for index, parts in texts.items()
-        ]
-        return ChatCompletion(
-            id=generate.request_id,
-            created=int(time.time()),
-            model=request.model,
-            choices=choices,
-            usage=Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens),
-        )
-
-    async def open_stream(
-        self, request: ChatCompletionRequest, client: str | None = None
-    ) -> AsyncIterator[bytes]:
-        """Errors of the request are raised here, before any byte of the stream."""
-        generate = await self._engine_request(request, client)
-        writer = ChunkWriter(request, generate.request_id)
-        return await open_sse(self._engine.generate(generate), writer)
+    def generation(self, request: ChatCompletionRequest, request_id: str) -> ChatGeneration:
+        return ChatGeneration(request, request_id)
 
 
-class ChunkWriter:
-    """Turns engine outputs into `chat.completion.chunk` SSE frames for one request."""
+@dataclass(slots=True)
+class ChatChoiceState(ChoiceState):
+    reasoning: list[str] = field(default_factory=list)
+    logprobs: list[protocol.TokenLogprob] = field(default_factory=list)
+    calls: ToolCallCollector = field(default_factory=ToolCallCollector)
+
+    def message(self) -> ResponseMessage:
+        text = "".join(self.text)
+        tool_calls = self.calls.calls()
+        message = ResponseMessage(content=text or None if tool_calls else text)
+        if tool_calls:
+            message.tool_calls = tool_calls
+        if self.reasoning:
+            message.reasoning = "".join(self.reasoning)
+        return message
+
+
+class ChatGeneration(Generation[ChatChoiceState]):
+    """The `chat.completion` and `chat.completion.chunk` shapes of one request."""
 
     def __init__(self, request: ChatCompletionRequest, request_id: str) -> None:
-        self._id = request_id
-        self._model = request.model
-        self._created = int(time.time())
-        self._include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        super().__init__(request_id, request.model, include_usage(request))
+        self._n = request.n
+        self._wants_logprobs = bool(request.logprobs)
         self._started: set[int] = set()
-        self._prompt_tokens = 0
-        self._completion_tokens = 0
 
-    def frames(self, output: GenerateOutput) -> list[bytes]:
-        self._prompt_tokens = output.prompt_tokens
-        frames = []
-        for delta in output.choices:
-            self._completion_tokens += delta.token_count
-            role = None
-            if delta.index not in self._started:
-                self._started.add(delta.index)
-                role = "assistant"
-            if not (
-                delta.text or delta.reasoning or role or delta.finish_reason or delta.tool_calls
-            ):
-                continue
-            tool_calls = wire_deltas(delta.tool_calls) if delta.tool_calls else None
-            # The first chunk carries content "" with the role, unless it carries
-            # reasoning or a tool call instead.
-            first_content = role is not None and not (delta.reasoning or tool_calls)
-            choice = ChunkChoice(
-                index=delta.index,
-                delta=Delta(
-                    role=role,
-                    content=delta.text if delta.text or first_content else None,
-                    reasoning=delta.reasoning or None,
-                    tool_calls=tool_calls,
-                ),
-                logprobs=to_wire_logprobs(delta.logprobs),
-                finish_reason=delta.finish_reason,
-            )
-            chunk = ChatCompletionChunk(
-                id=self._id, created=self._created, model=self._model, choices=[choice]
-            )
-            if self._include_usage:
-                chunk.usage = None
-            frames.append(frame(chunk))
-        return frames
+    def choice_states(self) -> dict[int, ChatChoiceState]:
+        return {i: ChatChoiceState(i) for i in range(self._n)}
 
-    def closing_frames(self) -> list[bytes]:
-        if not self._include_usage:
-            return []
-        usage = Usage(
-            self._prompt_tokens,
-            self._completion_tokens,
-            self._prompt_tokens + self._completion_tokens,
+    def state_of(
+        self, states: dict[int, ChatChoiceState], position: int, delta: ChoiceDelta
+    ) -> ChatChoiceState:
+        return states[delta.index]
+
+    def absorb(self, state: ChatChoiceState, delta: ChoiceDelta) -> None:
+        if delta.logprobs:
+            state.logprobs.extend(delta.logprobs)
+        if delta.tool_calls:
+            state.calls.add(delta.tool_calls)
+        if delta.reasoning:
+            state.reasoning.append(delta.reasoning)
+
+    def body(self, states: dict[int, ChatChoiceState], usage: Usage) -> ChatCompletion:
+        choices = [
+            Choice(
+                index=state.index,
+                message=state.message(),
+                logprobs=to_wire_logprobs(state.logprobs) if self._wants_logprobs else None,
+                finish_reason=state.finish_reason,
+            )
+            for state in states.values()
+        ]
+        return ChatCompletion(
+            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
-        chunk = ChatCompletionChunk(
-            id=self._id, created=self._created, model=self._model, choices=[], usage=usage
+
+    def delta_chunk(
+        self, position: int, output: GenerateOutput, delta: ChoiceDelta
+    ) -> ChatCompletionChunk | None:
+        role: Literal["assistant"] | None = None
+        if delta.index not in self._started:
+            self._started.add(delta.index)
+            role = "assistant"
+        if not (delta.text or delta.reasoning or role or delta.finish_reason or delta.tool_calls):
+            return None
+        tool_calls = wire_deltas(delta.tool_calls) if delta.tool_calls else None
+        # The first chunk carries content "" with the role, unless it carries
+        # reasoning or a tool call instead.
+        first_content = role is not None and not (delta.reasoning or tool_calls)
+        choice = ChunkChoice(
+            index=delta.index,
+            delta=Delta(
+                role=role,
+                content=delta.text if delta.text or first_content else None,
+                reasoning=delta.reasoning or None,
+                tool_calls=tool_calls,
+            ),
+            logprobs=to_wire_logprobs(delta.logprobs),
+            finish_reason=delta.finish_reason,
         )
-        return [frame(chunk)]
+        return ChatCompletionChunk(
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=[choice],
+            usage=self.chunk_usage,
+        )
+
+    def usage_chunk(self, usage: Usage) -> ChatCompletionChunk:
+        return ChatCompletionChunk(
+            id=self.id, created=self.created, model=self.model, choices=[], usage=usage
+        )

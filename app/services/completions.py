@@ -1,10 +1,12 @@
-"""Legacy text completions: one engine request per prompt, merged into one response or stream."""
+"""Legacy text completions: what is completions-specific on the generation skeleton.
+
+One engine request per prompt (merged by `app.services.generation`), echo, and the
+legacy logprobs shape (parallel lists with text offsets).
+"""
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from app.schemas.chat import Usage
 from app.schemas.completions import (
@@ -13,13 +15,9 @@ from app.schemas.completions import (
     CompletionLogprobs,
     CompletionRequest,
 )
-from app.services.sampling import check_common, check_model, sampling_options
-from app.services.streaming import open_sse
-from app.sse import frame
-from engine.protocol import Engine, GenerateOutput, GenerateRequest, TokenLogprob
-from engine.streams import merge
-
-Indexed = tuple[int, GenerateOutput]  # (prompt position, output)
+from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
+from app.services.sampling import check_common, sampling_options
+from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, TokenLogprob
 
 
 class LogprobsBuilder:
@@ -46,17 +44,17 @@ class LogprobsBuilder:
             self.offset += len(entry.token)
 
 
-class CompletionService:
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+def _prompts(request: CompletionRequest) -> list[str]:
+    return [request.prompt] if isinstance(request.prompt, str) else list(request.prompt)
 
-    def _prompts(self, request: CompletionRequest) -> list[str]:
-        return [request.prompt] if isinstance(request.prompt, str) else list(request.prompt)
 
-    def _outputs(
+class CompletionService(GenerationService[CompletionRequest]):
+    id_prefix = "cmpl"
+
+    async def engine_requests(
         self, request: CompletionRequest, request_id: str, client: str | None
-    ) -> AsyncIterator[Indexed]:
-        check_model(self._engine, request.model)
+    ) -> list[GenerateRequest]:
+        """One engine request per prompt, each with the request's `n`."""
         check_common(request, request.max_tokens)
         options = sampling_options(
             request,
@@ -64,131 +62,110 @@ class CompletionService:
             logprobs=request.logprobs,
             prompt_logprobs=request.logprobs if request.echo else None,
         )
-        streams = [
-            self._engine.generate(
-                GenerateRequest(
-                    request_id=f"{request_id}-{i}",
-                    sampling=options,
-                    prompt=prompt,
-                    client=client,
-                    priority=request.priority,
-                )
+        return [
+            GenerateRequest(
+                request_id=f"{request_id}-{i}",
+                sampling=options,
+                prompt=prompt,
+                client=client,
+                priority=request.priority,
             )
-            for i, prompt in enumerate(self._prompts(request))
+            for i, prompt in enumerate(_prompts(request))
         ]
-        return merge(streams)
 
-    async def complete(self, request: CompletionRequest, client: str | None = None) -> Completion:
-        request_id = f"cmpl-{uuid.uuid4().hex}"
-        prompts = self._prompts(request)
-        n = request.n
-        texts = {i: [prompts[i // n]] if request.echo else [] for i in range(len(prompts) * n)}
-        builders = {i: LogprobsBuilder() for i in texts} if request.logprobs is not None else {}
-        finish: dict[int, str | None] = {}
-        prompt_tokens: dict[int, int] = {}
-        completion_tokens = 0
-        async for position, output in self._outputs(request, request_id, client):
-            prompt_tokens[position] = output.prompt_tokens
-            if output.prompt_logprobs is not None:
-                for j in range(n):
-                    builders[position * n + j].add(output.prompt_logprobs)
-            for delta in output.choices:
-                index = position * n + delta.index
-                texts[index].append(delta.text)
-                completion_tokens += delta.token_count
-                if delta.logprobs and builders:
-                    builders[index].add(delta.logprobs)  # type: ignore[arg-type]
-                if delta.finish_reason is not None:
-                    finish[index] = delta.finish_reason
+    def generation(self, request: CompletionRequest, request_id: str) -> CompletionGeneration:
+        return CompletionGeneration(request, request_id)
+
+
+@dataclass(slots=True)
+class CompletionChoiceState(ChoiceState):
+    logprobs: LogprobsBuilder | None = None
+
+
+class CompletionGeneration(Generation[CompletionChoiceState]):
+    """The `text_completion` shape of one request, whole or in chunks; choice
+    `position * n + i` is the i-th choice of prompt `position`."""
+
+    def __init__(self, request: CompletionRequest, request_id: str) -> None:
+        super().__init__(request_id, request.model, include_usage(request))
+        self._request = request
+        self._prompts = _prompts(request)
+        self._echoed: set[int] = set()
+        self._builders: dict[int, LogprobsBuilder] = {}  # streamed: text offsets so far
+
+    def choice_states(self) -> dict[int, CompletionChoiceState]:
+        request = self._request
+        states = {}
+        for index in range(len(self._prompts) * request.n):
+            state = CompletionChoiceState(index)
+            if request.echo:
+                state.text.append(self._prompts[index // request.n])
+            if request.logprobs is not None:
+                state.logprobs = LogprobsBuilder()
+            states[index] = state
+        return states
+
+    def absorb_output(
+        self, states: dict[int, CompletionChoiceState], position: int, out: GenerateOutput
+    ) -> None:
+        if out.prompt_logprobs is None:
+            return
+        n = self._request.n
+        for j in range(n):
+            builder = states[position * n + j].logprobs
+            if builder is not None:
+                builder.add(out.prompt_logprobs)
+
+    def state_of(
+        self, states: dict[int, CompletionChoiceState], position: int, delta: ChoiceDelta
+    ) -> CompletionChoiceState:
+        return states[position * self._request.n + delta.index]
+
+    def absorb(self, state: CompletionChoiceState, delta: ChoiceDelta) -> None:
+        if delta.logprobs and state.logprobs is not None:
+            state.logprobs.add(delta.logprobs)  # type: ignore[arg-type]
+
+    def body(self, states: dict[int, CompletionChoiceState], usage: Usage) -> Completion:
         choices = [
             CompletionChoice(
-                index=index,
-                text="".join(parts),
-                logprobs=builders[index].logprobs if builders else None,
-                finish_reason=finish.get(index),
+                index=state.index,
+                text="".join(state.text),
+                logprobs=state.logprobs.logprobs if state.logprobs is not None else None,
+                finish_reason=state.finish_reason,
             )
-            for index, parts in texts.items()
+            for state in states.values()
         ]
-        total_prompt = sum(prompt_tokens.values())
         return Completion(
-            id=request_id,
-            created=int(time.time()),
-            model=request.model,
-            choices=choices,
-            usage=Usage(total_prompt, completion_tokens, total_prompt + completion_tokens),
+            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
 
-    async def open_stream(
-        self, request: CompletionRequest, client: str | None = None
-    ) -> AsyncIterator[bytes]:
-        request_id = f"cmpl-{uuid.uuid4().hex}"
-        outputs = self._outputs(request, request_id, client)
-        return await open_sse(
-            outputs, CompletionChunkWriter(request, request_id, self._prompts(request))
+    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> Completion:
+        index = position * self._request.n + delta.index
+        text = delta.text
+        logprobs = None
+        if self._request.logprobs is not None:
+            previous = self._builders.get(index)
+            builder = LogprobsBuilder(previous.offset if previous is not None else 0)
+            if output.prompt_logprobs is not None:
+                builder.add(output.prompt_logprobs)
+            builder.add(delta.logprobs or [])  # type: ignore[arg-type]
+            self._builders[index] = builder
+            logprobs = builder.logprobs
+        if self._request.echo and index not in self._echoed:
+            self._echoed.add(index)
+            text = self._prompts[position] + text
+        choice = CompletionChoice(
+            index=index, text=text, logprobs=logprobs, finish_reason=delta.finish_reason
+        )
+        return Completion(
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=[choice],
+            usage=self.chunk_usage,
         )
 
-
-class CompletionChunkWriter:
-    def __init__(self, request: CompletionRequest, request_id: str, prompts: list[str]) -> None:
-        self._request = request
-        self._id = request_id
-        self._created = int(time.time())
-        self._prompts = prompts
-        self._echoed: set[int] = set()
-        self._builders: dict[int, LogprobsBuilder] = {}
-        self._prompt_tokens: dict[int, int] = {}
-        self._completion_tokens = 0
-        options = request.stream_options
-        self._include_usage = bool(options and options.include_usage)
-
-    def _chunk(self, choice: CompletionChoice) -> bytes:
-        chunk = Completion(
-            id=self._id, created=self._created, model=self._request.model, choices=[choice]
+    def usage_chunk(self, usage: Usage) -> Completion:
+        return Completion(
+            id=self.id, created=self.created, model=self.model, choices=[], usage=usage
         )
-        if self._include_usage:
-            chunk.usage = None
-        return frame(chunk)
-
-    def frames(self, indexed: Indexed) -> list[bytes]:
-        position, output = indexed
-        n = self._request.n
-        self._prompt_tokens[position] = output.prompt_tokens
-        frames = []
-        for delta in output.choices:
-            index = position * n + delta.index
-            self._completion_tokens += delta.token_count
-            text = delta.text
-            logprobs = None
-            if self._request.logprobs is not None:
-                builder = LogprobsBuilder(
-                    self._builders[index].offset if index in self._builders else 0
-                )
-                if output.prompt_logprobs is not None:
-                    builder.add(output.prompt_logprobs)
-                builder.add(delta.logprobs or [])  # type: ignore[arg-type]
-                self._builders[index] = builder
-                logprobs = builder.logprobs
-            if self._request.echo and index not in self._echoed:
-                self._echoed.add(index)
-                text = self._prompts[position] + text
-            frames.append(
-                self._chunk(
-                    CompletionChoice(
-                        index=index, text=text, logprobs=logprobs, finish_reason=delta.finish_reason
-                    )
-                )
-            )
-        return frames
-
-    def closing_frames(self) -> list[bytes]:
-        if not self._include_usage:
-            return []
-        prompt = sum(self._prompt_tokens.values())
-        chunk = Completion(
-            id=self._id,
-            created=self._created,
-            model=self._request.model,
-            choices=[],
-            usage=Usage(prompt, self._completion_tokens, prompt + self._completion_tokens),
-        )
-        return [frame(chunk)]

@@ -1,4 +1,9 @@
-"""Checks and conversions of `tools`, `tool_choice` and `response_format` for the engine."""
+"""Checks and conversions of `tools`, `tool_choice` and `response_format` for the engine.
+
+Whether a request calls tools and whether a schema is valid are decided in `engine`
+(`tool_use.calls_tools`, `schema_bounds.check_schema`), once for both sides; a bad
+schema's `EngineRequestError` becomes a 400 in app.errors.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +21,8 @@ from app.schemas.tools import (
     ToolCallDelta,
 )
 from engine import protocol
-from engine.errors import EngineRequestError
-from engine.vllm_backend.structured import check_schema
+from engine.schema_bounds import check_schema
+from engine.tool_use import calls_tools
 
 
 def _check_tools(request: ChatCompletionRequest) -> None:
@@ -33,7 +38,7 @@ def _check_tools(request: ChatCompletionRequest) -> None:
         seen.add(name)
     for position, tool in enumerate(tools):
         if tool.function.parameters is not None:
-            _check_schema(tool.function.parameters, f"tools[{position}].function.parameters")
+            check_schema(tool.function.parameters, f"tools[{position}].function.parameters")
     choice = request.tool_choice
     if choice is not None and choice != "none" and not tools:
         raise InvalidRequest(
@@ -46,21 +51,15 @@ def _check_tools(request: ChatCompletionRequest) -> None:
         )
 
 
-def _check_schema(schema: dict[str, Any], param: str) -> None:
-    try:
-        check_schema(schema, param)
-    except EngineRequestError as exc:
-        raise InvalidRequest(exc.message, param=param) from None
-
-
 def tool_fields(request: ChatCompletionRequest) -> dict[str, Any]:
-    """GenerateRequest fields for the request's tools and response format (checked)."""
+    """GenerateRequest fields for the request's tools and response format (checked).
+    Tools go to the engine only when they may be called (`engine.tool_use`)."""
     _check_tools(request)
     fields: dict[str, Any] = {"parallel_tool_calls": request.parallel_tool_calls}
-    if request.tools:
+    if calls_tools(request.tools, request.tool_choice):
         fields["tools"] = [
             {"type": "function", "function": _function_dict(tool.function)}
-            for tool in request.tools
+            for tool in request.tools or []
         ]
         choice = request.tool_choice or "auto"
         if isinstance(choice, NamedToolChoice):
@@ -76,7 +75,7 @@ def tool_fields(request: ChatCompletionRequest) -> dict[str, Any]:
                 "`response_format.json_schema.schema` is required.",
                 param="response_format.json_schema.schema",
             )
-        _check_schema(schema, "response_format.json_schema.schema")
+        check_schema(schema, "response_format.json_schema.schema")
         fields["response_format"] = protocol.StructuredOutput(schema=schema)
     return fields
 

@@ -11,23 +11,11 @@ from typing import Any
 
 from engine.errors import EngineRequestError
 from engine.protocol import GenerateRequest
-from engine.schema_bounds import fit_to_budget
+from engine.schema_bounds import check_schema, fit_to_budget
+from engine.tool_use import calls_tools
 
 # Tokens a tool call's envelope takes besides its arguments (`<tool_call>`, the name...).
 TOOL_CALL_ENVELOPE_TOKENS = 32
-
-
-def check_schema(schema: dict[str, Any], param: str) -> None:
-    """Reject a schema that is not a valid JSON Schema, naming where it is wrong."""
-    from jsonschema import exceptions, validators
-
-    try:
-        validators.validator_for(schema).check_schema(schema)
-    except exceptions.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise EngineRequestError(
-            f"Invalid JSON schema at {where}: {exc.message}", param=param
-        ) from None
 
 
 def json_schema_constraint(schema: dict[str, Any] | None, budget_tokens: int | None) -> Any:
@@ -46,14 +34,14 @@ def constraint_for(
     `budget_tokens`: the most tokens the output may take (its `max_tokens`)."""
     from engine.vllm_backend.tool_calls import ToolRequest, structural_tag
 
-    calls_tools = bool(request.tools) and request.tool_choice != "none"
-    if calls_tools and request.response_format is not None:
+    tool_call = calls_tools(request.tools, request.tool_choice)
+    if tool_call and request.response_format is not None:
         raise EngineRequestError(
             "`response_format` cannot be combined with tool calls; set `tool_choice` to "
             '"none" or drop `response_format`.',
             param="response_format",
         )
-    if calls_tools:
+    if tool_call:
         tool_request = ToolRequest(
             request.tools or [], request.tool_choice, request.parallel_tool_calls
         )

@@ -1,6 +1,14 @@
 import jsonschema
+import pytest
 
-from engine.schema_bounds import DEFAULT_CAPS, fit_to_budget, tighten, worst_case_tokens
+from engine.errors import EngineRequestError
+from engine.schema_bounds import (
+    DEFAULT_CAPS,
+    check_schema,
+    fit_to_budget,
+    tighten,
+    worst_case_tokens,
+)
 
 MAX_STRING, MAX_ITEMS = DEFAULT_CAPS.string, DEFAULT_CAPS.items
 
@@ -103,3 +111,10 @@ def test_what_tightened_accepts_the_original_accepts() -> None:
     jsonschema.validate(document, tighten(schema))
     jsonschema.validate(document, schema)
     jsonschema.validate({"k": "v", "n": 3}, tighten({"type": "object"}))
+
+
+def test_check_schema_names_the_bad_place() -> None:
+    with pytest.raises(EngineRequestError, match="properties/a/type") as caught:
+        check_schema({"type": "object", "properties": {"a": {"type": "strin"}}}, "p")
+    assert caught.value.param == "p"
+    check_schema({"type": "object"}, "p")

@@ -1,0 +1,26 @@
+"""The types of what app.main injects into route handlers, by parameter name.
+
+Each is an app-wide object `create_app` built, not client input: Litestar is told
+to skip validating it (`Engine` is a Protocol, which isinstance cannot check, and
+a check per request would be wasted work).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar.params import Dependency
+from prometheus_client import CollectorRegistry
+
+from app.services.chat import ChatService
+from app.services.completions import CompletionService
+from engine.admission.runtime import AdmissionController
+from engine.protocol import Engine
+
+_app_wide = Dependency(skip_validation=True)
+
+EngineDep = Annotated[Engine, _app_wide]  # parameter `engine`
+AdmissionDep = Annotated[AdmissionController, _app_wide]  # parameter `admission`
+ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
+CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completions`
+RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`

@@ -1,0 +1,191 @@
+"""The generation skeleton every endpoint shares: engine outputs -> choices -> response.
+
+Chat and legacy completions run the same steps: check the model, build the engine
+request(s), run them, accumulate each choice, count prompt and completion tokens, and
+answer with one body or an SSE stream (a chunk per choice delta, then the usage chunk
+when asked for; `app.services.streaming` adds the error event and `[DONE]`). The steps
+are written once here; an endpoint supplies only its engine requests and its wire
+shapes (SGLang's `OpenAIServingBase` splits the same way). The engine is called in
+one place, `GenerationService._outputs`, so that a change of the engine protocol
+touches one function.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from msgspec import UNSET
+
+from app.schemas.chat import Usage
+from app.schemas.sampling import SamplingFields
+from app.services.sampling import check_model
+from app.services.streaming import open_sse
+from app.sse import frame
+from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
+from engine.streams import merge
+
+
+@dataclass(slots=True)
+class ChoiceState:
+    """What one choice of a non-streamed response has accumulated so far."""
+
+    index: int
+    text: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+StateT = TypeVar("StateT", bound=ChoiceState)
+RequestT = TypeVar("RequestT", bound=SamplingFields)
+
+
+class Generation(ABC, Generic[StateT]):
+    """One request's generation: counts usage and turns engine outputs into the
+    endpoint's wire shapes. `position` is the engine request an output came from (a
+    legacy completion runs one per prompt; chat runs one)."""
+
+    def __init__(self, request_id: str, model: str, include_usage: bool) -> None:
+        self.id = request_id
+        self.model = model
+        self.created = int(time.time())
+        self.include_usage = include_usage
+        # A chunk's `usage`: null on every chunk but the last when usage was asked for,
+        # else absent (UNSET is never encoded).
+        self.chunk_usage = None if include_usage else UNSET
+        self._prompt_tokens: dict[int, int] = {}
+        self._completion_tokens = 0
+
+    # ------------------------------------------------------------ the endpoint's shapes
+
+    @abstractmethod
+    def choice_states(self) -> dict[int, StateT]:
+        """Every choice of the response, by index, before any output."""
+
+    def absorb_output(self, states: dict[int, StateT], position: int, out: GenerateOutput) -> None:
+        """Per-output state beyond the deltas (none by default)."""
+
+    @abstractmethod
+    def state_of(self, states: dict[int, StateT], position: int, delta: ChoiceDelta) -> StateT:
+        """The choice a delta of engine request `position` belongs to."""
+
+    @abstractmethod
+    def absorb(self, state: StateT, delta: ChoiceDelta) -> None:
+        """Endpoint-specific accumulation (the text and finish reason are done)."""
+
+    @abstractmethod
+    def body(self, states: dict[int, StateT], usage: Usage) -> Any:
+        """The whole non-streamed response."""
+
+    @abstractmethod
+    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> Any:
+        """The stream chunk of one delta (its `usage` is `self.chunk_usage`), or None when
+        the delta has nothing to send."""
+
+    @abstractmethod
+    def usage_chunk(self, usage: Usage) -> Any:
+        """The closing chunk: no choices, and `usage`."""
+
+    # ------------------------------------------------------------ the skeleton
+
+    def usage(self) -> Usage:
+        prompt = sum(self._prompt_tokens.values())
+        completion = self._completion_tokens
+        return Usage(prompt, completion, prompt + completion)
+
+    def accumulate(self, states: dict[int, StateT], position: int, output: GenerateOutput) -> None:
+        self._prompt_tokens[position] = output.prompt_tokens
+        self.absorb_output(states, position, output)
+        for delta in output.choices:
+            self._completion_tokens += delta.token_count
+            state = self.state_of(states, position, delta)
+            state.text.append(delta.text)
+            if delta.finish_reason is not None:
+                state.finish_reason = delta.finish_reason
+            self.absorb(state, delta)
+
+    def frames(self, output: GenerateOutput, position: int = 0) -> list[bytes]:
+        """SSE frames of one engine output: a chunk per delta that has something to say.
+        The per-token path: keep it to one hook call per delta."""
+        self._prompt_tokens[position] = output.prompt_tokens
+        frames = []
+        for delta in output.choices:
+            self._completion_tokens += delta.token_count
+            chunk = self.delta_chunk(position, output, delta)
+            if chunk is not None:
+                frames.append(frame(chunk))
+        return frames
+
+    def indexed_frames(self, indexed: tuple[int, GenerateOutput]) -> list[bytes]:
+        position, output = indexed
+        return self.frames(output, position)
+
+    def closing_frames(self) -> list[bytes]:
+        """The usage chunk (empty `choices`), when the client asked for it."""
+        if not self.include_usage:
+            return []
+        return [frame(self.usage_chunk(self.usage()))]
+
+
+class GenerationService(ABC, Generic[RequestT]):
+    """Runs a decoded request through the engine; subclasses give the endpoint's parts."""
+
+    id_prefix: ClassVar[str]
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @abstractmethod
+    async def engine_requests(
+        self, request: RequestT, request_id: str, client: str | None
+    ) -> list[GenerateRequest]:
+        """Check the request (the model is checked already) and build its engine requests.
+        `client` is whom admission's fairness counts the request against."""
+
+    @abstractmethod
+    def generation(self, request: RequestT, request_id: str) -> Generation[Any]:
+        """The wire shapes of this request's response."""
+
+    async def complete(self, request: RequestT, client: str | None = None) -> Any:
+        generation, generates = await self._start(request, client)
+        states = generation.choice_states()
+        outputs = self._outputs(generates)
+        if len(generates) == 1:
+            async for output in outputs:
+                generation.accumulate(states, 0, output)
+        else:
+            async for position, output in outputs:
+                generation.accumulate(states, position, output)
+        return generation.body(states, generation.usage())
+
+    async def open_stream(
+        self, request: RequestT, client: str | None = None
+    ) -> AsyncIterator[bytes]:
+        """Errors of the request are raised here, before any byte of the stream."""
+        generation, generates = await self._start(request, client)
+        outputs = self._outputs(generates)
+        frames: Any = generation.frames if len(generates) == 1 else generation.indexed_frames
+        return await open_sse(outputs, frames, generation.closing_frames)
+
+    async def _start(
+        self, request: RequestT, client: str | None
+    ) -> tuple[Generation[Any], list[GenerateRequest]]:
+        check_model(self._engine, request.model)  # type: ignore[attr-defined]
+        request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+        generates = await self.engine_requests(request, request_id, client)
+        return self.generation(request, request_id), generates
+
+    def _outputs(self, generates: list[GenerateRequest]) -> AsyncIterator[Any]:
+        """The one call into the engine. One request: its outputs as they come (no
+        merging on the per-token path); several: (position, output) pairs, merged."""
+        if len(generates) == 1:
+            return self._engine.generate(generates[0])
+        return merge([self._engine.generate(generate) for generate in generates])
+
+
+def include_usage(request: SamplingFields) -> bool:
+    options = request.stream_options
+    return bool(options and options.include_usage)
