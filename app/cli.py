@@ -41,6 +41,7 @@ def prepare_model() -> int:
 def serve(settings: Settings) -> int:
     from granian import Granian
     from granian.constants import Interfaces, Loops
+    from granian.log import LogLevels
 
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
@@ -56,7 +57,7 @@ def serve(settings: Settings) -> int:
         interface=Interfaces.ASGI,
         workers=1,  # each worker would load its own engine
         loop=Loops.uvloop,
-        log_level=settings.log_level,
+        log_level=LogLevels(settings.log_level),
     )
     server.serve()
     return 0

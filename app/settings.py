@@ -23,7 +23,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
@@ -258,7 +258,8 @@ def _parser_for(hint: object) -> Callable[[str], object]:
     kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
     if len(kinds) != 1 or kinds[0] not in (str, int, float, bool):
         raise TypeError(f"no parser for {hint!r}: give the Flag a `parse`")
-    return _bool if kinds[0] is bool else kinds[0]  # type: ignore[return-value]
+    parse: Callable[[str], object] = _bool if kinds[0] is bool else kinds[0]
+    return parse
 
 
 def _options() -> tuple[Option, ...]:
@@ -317,7 +318,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default = option.default_doc.replace("`", "")
         help_text = f"{option.help} (default: {default}) [{option.env}]".replace("`", "")
         # A boolean flag alone means true: `--allow-private-image-urls`.
-        extra: dict[str, object] = {"nargs": "?", "const": True} if option.is_bool else {}
+        extra: dict[str, Any] = {"nargs": "?", "const": True} if option.is_bool else {}
         groups[option.section].add_argument(
             option.flag,
             type=option.parse,

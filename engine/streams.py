@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -19,11 +19,12 @@ async def merge(sources: Sequence[AsyncIterator[T]]) -> AsyncIterator[tuple[int,
     the merged stream stops (and so aborts) every source still running.
     """
     if len(sources) == 1:
-        async with aclosing(sources[0]) as only:  # type: ignore[type-var]
+        async with aclosing(sources[0]) as only:  # type: ignore[type-var]  # an async generator
             async for item in only:
                 yield 0, item
         return
-    queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+    # Items, errors and the end marker share one queue: its entries are untyped.
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
 
     async def pump(position: int, source: AsyncIterator[T]) -> None:
         try:
@@ -47,7 +48,7 @@ async def merge(sources: Sequence[AsyncIterator[T]]) -> AsyncIterator[tuple[int,
                     continue
                 raise item
             else:
-                yield position, item  # type: ignore[misc]
+                yield position, item
     finally:
         for task in tasks:
             task.cancel()

@@ -13,7 +13,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, Undefined
+from jinja2 import StrictUndefined, Template, TemplateError, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import EngineRequestError
@@ -53,7 +53,7 @@ _STRICT_ENV.undefined = StrictUndefined
 
 
 @lru_cache(maxsize=32)
-def _compile(source: str):  # type: ignore[no-untyped-def]
+def _compile(source: str) -> Template:
     return _ENV.from_string(source)
 
 

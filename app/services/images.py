@@ -32,7 +32,7 @@ import httpx
 from PIL import Image, UnidentifiedImageError
 
 from app.errors import InvalidRequest
-from app.schemas.chat import Content, ImagePart, Message
+from app.schemas.chat import Content, ImagePart, Message, TextPart, UserContent
 from engine.errors import EngineUnavailable
 from engine.protocol import Engine, ImageInput
 
@@ -94,7 +94,7 @@ def image_refs(messages: Sequence[Message]) -> list[ImageRef]:
     return refs
 
 
-def template_content(content: Content | None) -> str | list[dict[str, Any]]:
+def template_content(content: Content | UserContent | None) -> str | list[dict[str, Any]]:
     """Message content for chat templates: a string, unless it holds images; then a list
     of `{"type": "text", "text"}` and `{"type": "image"}` parts in their order (the shape
     Hugging Face chat templates of vision models expect)."""
@@ -103,7 +103,7 @@ def template_content(content: Content | None) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     if not any(isinstance(part, ImagePart) for part in content):
-        return "\n".join(part.text for part in content)  # type: ignore[union-attr]
+        return "\n".join(part.text for part in content if isinstance(part, TextPart))
     return [
         {"type": "image"} if isinstance(part, ImagePart) else {"type": "text", "text": part.text}
         for part in content
@@ -156,7 +156,8 @@ class ImageLoader:
                 ]
         except* ImageError as failures:
             # The first failure cancels the rest; of failures at once, the earliest part.
-            raise min(failures.exceptions, key=lambda e: e.position) from None  # type: ignore[attr-defined]
+            errors = [e for e in failures.exceptions if isinstance(e, ImageError)]
+            raise min(errors, key=lambda e: e.position) from None
         return [
             ImageInput(task.result(), ref.detail) for task, ref in zip(tasks, refs, strict=True)
         ]

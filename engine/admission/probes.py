@@ -154,7 +154,9 @@ class NvmlProbe:
         ours: Callable[[], set[int]] = our_process_ids,
     ) -> None:
         if nvml is None:
-            import pynvml as nvml  # nvidia-ml-py, in the `gpu` extra
+            import pynvml  # nvidia-ml-py, in the `gpu` extra
+
+            nvml = pynvml
         self._nvml = nvml
         self._ours = ours
         nvml.nvmlInit()

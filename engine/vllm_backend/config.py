@@ -42,8 +42,8 @@ def engine_args(config: EngineConfig) -> Any:
     return AsyncEngineArgs(
         model=config.model,
         served_model_name=list(config.served_names),
-        dtype=config.dtype,
-        max_model_len=config.max_model_len,
+        dtype=config.dtype,  # type: ignore[arg-type]  # one of --dtype's choices
+        max_model_len=config.max_model_len,  # type: ignore[arg-type]  # None: the model's own
         enforce_eager=config.enforce_eager,
         tensor_parallel_size=config.tensor_parallel_size,
         gpu_memory_utilization=config.gpu_memory_utilization,

@@ -157,4 +157,4 @@ def _parse_request() -> Any:
     """The request object vLLM's parsers read (`include_reasoning`, tools, tool_choice)."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
-    return ChatCompletionRequest(model="", messages=[{"role": "user", "content": ""}])
+    return ChatCompletionRequest(model="", messages=[{"role": "user", "content": ""}], seed=None)
