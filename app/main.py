@@ -1,4 +1,8 @@
-"""The Litestar app: routes, error handlers, and the engine's lifespan."""
+"""The Litestar app: routes, error handlers, and the engine's lifespan.
+
+The one place that wires an engine (both sides of `engine.protocol.Engine`) to admission:
+the generation services hold both and lease admission around each generation; the other
+routes read the model host (`state.engine`) and the controller (`state.admission`)."""
 
 from __future__ import annotations
 
@@ -26,10 +30,9 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.settings import Settings
-from engine.admission.gate import AdmittedEngine
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
-from engine.protocol import Engine
+from engine.protocol import Engine, ModelHost
 
 log = logging.getLogger("lilac.app")
 
@@ -93,7 +96,6 @@ def create_app(
     settings = settings or Settings()
     engine = engine or build_engine(settings)
     admission = build_controller(settings, engine, probe)
-    admitted = AdmittedEngine(engine, admission)  # every generation passes admission
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -113,8 +115,10 @@ def create_app(
         {
             "engine": engine,
             "admission": admission,
-            "chat": ChatService(admitted, ImageLoader(ImageLimits.from_settings(settings))),
-            "completions": CompletionService(admitted),
+            "chat": ChatService(
+                engine, admission, ImageLoader(ImageLimits.from_settings(settings))
+            ),
+            "completions": CompletionService(engine, admission),
             "encoder": msgspec.json.Encoder(),
             "metrics": build_registry(engine),
             "settings": settings,
@@ -160,7 +164,7 @@ def _drain_on_sigterm(admission: AdmissionController) -> None:
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
 
 
-async def _start_engine(engine: Engine) -> None:
+async def _start_engine(engine: ModelHost) -> None:
     try:
         await engine.start()
         log.info("engine ready: serving %s", ", ".join(engine.model.served_names))

@@ -6,11 +6,13 @@ from litestar import MediaType, Request, Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.errors import ServiceUnavailable
+from engine.protocol import ModelHost
 
 
 @get("/health", media_type=MediaType.JSON)
 async def health(request: Request) -> dict[str, str]:
-    if not request.app.state.engine.is_ready():
+    engine: ModelHost = request.app.state.engine
+    if not engine.is_ready():  # the engine's own decision (engine.checks enforces it)
         raise ServiceUnavailable("The model is still loading.", retry_after=5)
     admission = request.app.state.admission
     if not admission.admitting():

@@ -5,11 +5,12 @@ from __future__ import annotations
 from litestar import Request, get
 
 from app.schemas.models import ModelCard, ModelList
+from engine.protocol import ModelInfo
 
 
 @get("/v1/models")
 async def list_models(request: Request) -> ModelList:
-    info = request.app.state.engine.model
+    info: ModelInfo = request.app.state.engine.model
     return ModelList(
         data=[
             ModelCard(

@@ -14,11 +14,12 @@ from app.schemas.tokenize import (
 from app.services.chat import messages_for_template
 from app.services.images import image_refs
 from app.services.sampling import check_model
+from engine.protocol import ModelHost
 
 
 @post("/tokenize", status_code=200)
 async def tokenize(request: Request) -> TokenizeResponse:
-    engine = request.app.state.engine
+    engine: ModelHost = request.app.state.engine
     body = tokenize_request_decoder.decode(await request.body())
     if body.model is not None:
         check_model(engine, body.model)
@@ -44,7 +45,7 @@ async def tokenize(request: Request) -> TokenizeResponse:
 
 @post("/detokenize", status_code=200)
 async def detokenize(request: Request) -> DetokenizeResponse:
-    engine = request.app.state.engine
+    engine: ModelHost = request.app.state.engine
     body = detokenize_request_decoder.decode(await request.body())
     if body.model is not None:
         check_model(engine, body.model)

@@ -33,7 +33,9 @@ from app.services.tools import (
 )
 from app.sse import frame
 from engine import protocol
-from engine.protocol import Engine, GenerateOutput, GenerateRequest
+from engine.admission.lease import admitted
+from engine.admission.runtime import AdmissionController
+from engine.protocol import Engine, GenerateOutput, GenerateRequest, ModelHost
 
 
 def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
@@ -87,7 +89,7 @@ def reasoning_controls(request: ChatCompletionRequest) -> dict[str, Any]:
 
 
 def engine_request(
-    engine: Engine, request: ChatCompletionRequest, client: str | None = None
+    engine: ModelHost, request: ChatCompletionRequest, client: str | None = None
 ) -> GenerateRequest:
     """`client` is whom admission's fairness counts the request against."""
     check_model(engine, request.model)
@@ -119,8 +121,11 @@ def _message(text: str, reasoning: list[str], collector: ToolCallCollector) -> R
 
 
 class ChatService:
-    def __init__(self, engine: Engine, images: ImageLoader | None = None) -> None:
+    def __init__(
+        self, engine: Engine, admission: AdmissionController, images: ImageLoader | None = None
+    ) -> None:
         self._engine = engine
+        self._admission = admission
         self._images = images or ImageLoader()
 
     async def _engine_request(
@@ -141,7 +146,7 @@ class ChatService:
         reasoning: dict[int, list[str]] = {i: [] for i in range(request.n)}
         finish: dict[int, str | None] = {}
         completion_tokens = prompt_tokens = 0
-        async for output in self._engine.generate(generate):
+        async for output in admitted(self._admission, self._engine, generate):
             prompt_tokens = output.prompt_tokens
             for delta in output.choices:
                 texts[delta.index].append(delta.text)
@@ -178,7 +183,7 @@ class ChatService:
         """Errors of the request are raised here, before any byte of the stream."""
         generate = await self._engine_request(request, client)
         writer = ChunkWriter(request, generate.request_id)
-        return await open_sse(self._engine.generate(generate), writer)
+        return await open_sse(admitted(self._admission, self._engine, generate), writer)
 
 
 class ChunkWriter:

@@ -16,6 +16,8 @@ from app.schemas.completions import (
 from app.services.sampling import check_common, check_model, sampling_options
 from app.services.streaming import open_sse
 from app.sse import frame
+from engine.admission.lease import admitted
+from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, GenerateOutput, GenerateRequest, TokenLogprob
 from engine.streams import merge
 
@@ -47,8 +49,9 @@ class LogprobsBuilder:
 
 
 class CompletionService:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, admission: AdmissionController) -> None:
         self._engine = engine
+        self._admission = admission
 
     def _prompts(self, request: CompletionRequest) -> list[str]:
         return [request.prompt] if isinstance(request.prompt, str) else list(request.prompt)
@@ -65,14 +68,16 @@ class CompletionService:
             prompt_logprobs=request.logprobs if request.echo else None,
         )
         streams = [
-            self._engine.generate(
+            admitted(
+                self._admission,
+                self._engine,
                 GenerateRequest(
                     request_id=f"{request_id}-{i}",
                     sampling=options,
                     prompt=prompt,
                     client=client,
                     priority=request.priority,
-                )
+                ),
             )
             for i, prompt in enumerate(self._prompts(request))
         ]

@@ -1,4 +1,6 @@
-"""The Engine implemented with vLLM's AsyncLLM. The only module that imports vllm's engine."""
+"""The Engine (both `Generator` and `ModelHost` of engine.protocol) implemented with
+vLLM's AsyncLLM. The only module that imports vllm's engine; the decisions every engine
+shares (readiness, image input, context budget) come from `engine.checks`."""
 
 from __future__ import annotations
 
@@ -10,12 +12,8 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.errors import (
-    ContextLengthExceeded,
-    EngineFailure,
-    EngineRequestError,
-    EngineUnavailable,
-)
+from engine.checks import output_budget, require_image_input, require_ready
+from engine.errors import EngineFailure, EngineRequestError
 from engine.families import Family
 from engine.protocol import (
     GenerateOutput,
@@ -167,17 +165,6 @@ class VLLMEngine:
             return self._tokenizer.encode(text, add_special_tokens=False)
         return self._tokenizer.encode(request.prompt or "", add_special_tokens=True)
 
-    def _output_budget(self, prompt_tokens: int, requested: int | None) -> int:
-        limit = self.model.max_model_len
-        room = limit - prompt_tokens
-        if requested is None:
-            if room <= 0:
-                raise ContextLengthExceeded(prompt_tokens, None, limit)
-            return room
-        if requested > room:
-            raise ContextLengthExceeded(prompt_tokens, requested, limit)
-        return requested
-
     def tokenize(
         self,
         *,
@@ -186,8 +173,7 @@ class VLLMEngine:
         add_special_tokens: bool = True,
         add_generation_prompt: bool = True,
     ) -> list[int]:
-        if not self.is_ready():
-            raise EngineUnavailable("The model is still loading.")
+        require_ready(self)
         if messages is not None:
             text = render_chat(
                 self._template or "",
@@ -199,14 +185,12 @@ class VLLMEngine:
         return self._tokenizer.encode(prompt or "", add_special_tokens=add_special_tokens)
 
     def detokenize(self, token_ids: list[int]) -> str:
-        if not self.is_ready():
-            raise EngineUnavailable("The model is still loading.")
+        require_ready(self)
         check_token_ids(token_ids, self.model.vocab_size, "tokens")
         return self._tokenizer.decode(token_ids)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
-        if not self.is_ready():
-            raise EngineUnavailable("The model is still loading.")
+        require_ready(self)
         sampling = request.sampling
         check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
         check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
@@ -219,7 +203,7 @@ class VLLMEngine:
             prompt = await self._multimodal_prompt(prompt_ids, request.images)
             prompt_ids = list(prompt["prompt_token_ids"])
         parsing.prompt_token_ids = prompt_ids
-        max_tokens = self._output_budget(len(prompt_ids), sampling.max_tokens)
+        max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
         constraint = constraint_for(request, self._tool_parser, max_tokens)
         if sampling.n > 1 and sampling.temperature == 0:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
@@ -256,12 +240,7 @@ class VLLMEngine:
     async def _multimodal_prompt(
         self, prompt_ids: list[int], images: list[ImageInput]
     ) -> dict[str, Any]:
-        if not self.model.supports_vision:
-            raise EngineRequestError(
-                f"The model `{self.model.name}` does not accept image input.",
-                param="messages",
-                code="image_input_not_supported",
-            )
+        require_image_input(self.model)
         # `detail` has no counterpart in vLLM's processors: each model sizes images its way.
         data = {"image": [image.image for image in images]}
         try:
