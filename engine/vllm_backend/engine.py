@@ -269,19 +269,12 @@ class VLLMEngine:
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
         params.structured_outputs = plan.constraint
-        reasoning_ended = self._constrain(request, params)
         tools = self._tool_request(request)
         parsers: dict[int, ToolCallStream] = {}
         top_k = sampling.logprobs or 0
         prompt_tokens = len(prompt_ids)
         first = True
-        stream = self._llm.generate(
-            prompt,
-            params,
-            plan.request_id,
-            reasoning_ended=reasoning_ended,
-            **parsing.engine_kwargs,
-        )
+        stream = self._llm.generate(prompt, params, plan.request_id, **parsing.engine_kwargs)
         try:
             async for output in stream:
                 prompt_logprobs = None
@@ -314,12 +307,6 @@ class VLLMEngine:
             # Closed early (client gone, or an error): closing vLLM's generator aborts the
             # request in the engine core. A no-op when it already finished.
             await stream.aclose()
-
-    def _constrain(self, request: GenerateRequest, params: Any) -> bool | None:
-        """A hook on vLLM's `params` before submission; returns whether reasoning has
-        already ended (None: vLLM's gate decides from the prompt and the family's parser).
-        The family tests override it to make SmolLM2 write a family's reasoning markers."""
-        return None
 
 
 @dataclass(frozen=True, slots=True)
