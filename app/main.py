@@ -1,5 +1,9 @@
 """The Litestar app: routes, the services they are handed (dependency injection),
-error handlers, and the engine's lifespan."""
+error handlers, and the engine's lifespan.
+
+The one place that wires an engine (both sides of `engine.protocol.Engine`) to admission:
+the generation services hold both and lease admission around each generation; the other
+routes get the model host and the controller by dependency injection."""
 
 from __future__ import annotations
 
@@ -29,10 +33,9 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.settings import Settings
-from engine.admission.gate import AdmittedEngine
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
-from engine.protocol import Engine
+from engine.protocol import Engine, ModelHost
 
 log = logging.getLogger("lilac.app")
 
@@ -96,7 +99,6 @@ def create_app(
     settings = settings or Settings()
     engine = engine or build_engine(settings)
     admission = build_controller(settings, engine, probe)
-    admitted = AdmittedEngine(engine, admission)  # every generation passes admission
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -115,8 +117,8 @@ def create_app(
     services = {
         "engine": engine,
         "admission": admission,
-        "chat": ChatService(admitted, ImageLoader(ImageLimits.from_settings(settings))),
-        "completions": CompletionService(admitted),
+        "chat": ChatService(engine, admission, ImageLoader(ImageLimits.from_settings(settings))),
+        "completions": CompletionService(engine, admission),
         "registry": build_registry(engine),
     }
     return Litestar(
@@ -168,7 +170,7 @@ def _drain_on_sigterm(admission: AdmissionController) -> None:
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
 
 
-async def _start_engine(engine: Engine) -> None:
+async def _start_engine(engine: ModelHost) -> None:
     try:
         await engine.start()
         log.info("engine ready: serving %s", ", ".join(engine.model.served_names))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from engine.protocol import Engine
+from engine.protocol import ModelHost
 
 
-def build_registry(engine: Engine) -> CollectorRegistry:
+def build_registry(engine: ModelHost) -> CollectorRegistry:
     registry = CollectorRegistry()
     ready = Gauge("lilac_engine_ready", "1 when the engine accepts requests", registry=registry)
     ready.set_function(lambda: float(engine.is_ready()))

@@ -1,8 +1,10 @@
 """The engine boundary: what the HTTP side may ask of a model, and what comes back.
 
-Kept deliberately small (generate, abort, tokenize, health, model info), the way httpx keeps
-its transport to one method. `engine.vllm_backend.engine` implements it with vLLM;
-`engine.scripted` implements it with canned tokens for fast tests and benchmarks.
+Two narrow protocols, so each caller depends only on what it uses: `Generator` is one
+generation (generate, abort; the way httpx keeps its transport to one method), and
+`ModelHost` is the rest (lifecycle, readiness, tokenizer, model facts, yielding the GPU).
+`Engine` is both. `engine.vllm_backend.engine` implements it with vLLM; `engine.scripted`
+with canned tokens for fast tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -148,8 +150,20 @@ class ModelInfo:
         return self.served_names[0]
 
 
-class Engine(Protocol):
-    """A model that turns requests into streams of output deltas."""
+class Generator(Protocol):
+    """What one generation needs: the request's output stream, and a way to stop it.
+    Admission holds a lease around exactly this (engine.admission.runtime)."""
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+        """Stream the request's output. Raises `engine.errors` exceptions for bad requests
+        before the first output. Closing or cancelling the iterator aborts the request."""
+
+    async def abort(self, request_id: str) -> None: ...
+
+
+class ModelHost(Protocol):
+    """Everything about the served model that is not one generation: its lifecycle,
+    facts, tokenizer, and yielding the accelerator to its owner."""
 
     @property
     def model(self) -> ModelInfo: ...
@@ -160,16 +174,11 @@ class Engine(Protocol):
     async def shutdown(self) -> None:
         """Stop generating and release the model."""
 
-    def is_ready(self) -> bool: ...
+    def is_ready(self) -> bool:
+        """The one readiness decision; `engine.checks.require_ready` enforces it."""
 
     def unfinished_requests(self) -> int:
         """Requests the engine still holds (for health checks and leak tests)."""
-
-    def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
-        """Stream the request's output. Raises `engine.errors` exceptions for bad requests
-        before the first output. Closing or cancelling the iterator aborts the request."""
-
-    async def abort(self, request_id: str) -> None: ...
 
     def tokenize(
         self,
@@ -196,3 +205,8 @@ class Engine(Protocol):
 
     async def reacquire_memory(self) -> None:
         """Undo `release_memory` (before `resume`)."""
+
+
+class Engine(Generator, ModelHost, Protocol):
+    """A whole engine, both sides: what the vLLM and scripted engines implement and the
+    app wires up. Code that needs one side only asks for that side."""

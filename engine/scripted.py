@@ -1,7 +1,9 @@
 """An Engine that plays back scripted tokens: fast tests of the HTTP side and frontend benchmarks.
 
-It honours the same contract as the vLLM engine (context-length errors before the
-first output, aborts on close) but generates instantly, or with a set delay per token.
+It honours the same contract as the vLLM engine (readiness, image input and context
+length decided by `engine.checks` before the first output, aborts on close) but
+generates instantly, or with a set delay per token. It implements both sides of
+`engine.protocol.Engine`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from engine.errors import ContextLengthExceeded, EngineUnavailable
+from engine.checks import output_budget, require_image_input, require_ready
 from engine.protocol import (
     ChoiceDelta,
     GenerateOutput,
@@ -46,11 +48,9 @@ class ScriptedEngine:
         )
         self._ready = ready
         self.running: set[str] = set()
-        self.aborted: list[str] = []
-        self.requests: list[GenerateRequest] = []
+        self.requests: list[GenerateRequest] = []  # every request that got past the checks
         self.paused = False
         self.memory_released = False
-        self.pauses = 0  # how often the engine was paused (tests of yielding count them)
         self._unpaused = asyncio.Event()
         self._unpaused.set()
 
@@ -71,9 +71,7 @@ class ScriptedEngine:
         return len(self.running)
 
     async def abort(self, request_id: str) -> None:
-        if request_id in self.running:
-            self.running.discard(request_id)
-            self.aborted.append(request_id)
+        self.running.discard(request_id)
 
     def tokenize(
         self,
@@ -94,7 +92,6 @@ class ScriptedEngine:
     async def pause(self) -> None:
         # As vLLM's pause in "abort" mode: running requests end, new ones wait.
         self.paused = True
-        self.pauses += 1
         self._unpaused.clear()
         for request_id in list(self.running):
             await self.abort(request_id)
@@ -117,20 +114,16 @@ class ScriptedEngine:
         return len((request.prompt or "").split())
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
-        if not self._ready:
-            raise EngineUnavailable("The model is still loading.")
+        require_ready(self)
+        if request.images:
+            require_image_input(self._model)
         self.requests.append(request)
         prompt_tokens = self.prompt_tokens(request)
-        room = self._model.max_model_len - prompt_tokens
-        wanted = request.sampling.max_tokens
-        if (wanted is None and room <= 0) or (wanted is not None and wanted > room):
-            raise ContextLengthExceeded(prompt_tokens, wanted, self._model.max_model_len)
-        limit = room if wanted is None else wanted
+        limit = output_budget(prompt_tokens, request.sampling.max_tokens, self._model.max_model_len)
         script = self.tokens if request.sampling.ignore_eos is False else self._cycled(limit)
         emitted = script[:limit]
         natural_end = len(script) <= limit and not request.sampling.ignore_eos
         self.running.add(request.request_id)
-        finished = False
         try:
             for position, token in enumerate(emitted):
                 if self.token_delay_s:
@@ -138,8 +131,7 @@ class ScriptedEngine:
                 if not self._unpaused.is_set() and request.request_id in self.running:
                     await self._unpaused.wait()  # paused: new requests wait for resume
                 if request.request_id not in self.running:
-                    finished = True  # `abort` recorded it already
-                    return  # as vLLM ends an aborted request's stream
+                    return  # aborted: as vLLM ends an aborted request's stream
                 last = position == len(emitted) - 1
                 finish = ("stop" if natural_end else "length") if last else None
                 yield GenerateOutput(
@@ -156,11 +148,8 @@ class ScriptedEngine:
                     ],
                     prompt_logprobs=_prompt_logprobs(request, position),
                 )
-            finished = True
         finally:
             self.running.discard(request.request_id)
-            if not finished:
-                self.aborted.append(request.request_id)
 
     def _cycled(self, count: int) -> list[str]:
         return [self.tokens[i % len(self.tokens)] for i in range(count)]

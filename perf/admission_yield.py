@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from engine.admission.gate import AdmittedEngine
+from engine.admission.lease import admitted
 from engine.admission.policy import AdmissionRejected, Drained, Policy
 from engine.admission.probes import GpuSample
 from engine.admission.runtime import AdmissionController
@@ -52,7 +52,9 @@ class Recording(VLLMEngine):
             yield output
 
 
-async def load(admitted: AdmittedEngine, name: str, tokens: int, stop: asyncio.Event) -> None:
+async def load(
+    controller: AdmissionController, engine: Recording, name: str, tokens: int, stop: asyncio.Event
+) -> None:
     n = 0
     while not stop.is_set():
         n += 1
@@ -63,7 +65,7 @@ async def load(admitted: AdmittedEngine, name: str, tokens: int, stop: asyncio.E
             client=name,
         )
         try:
-            async for _ in admitted.generate(request):
+            async for _ in admitted(controller, engine, request):
                 pass
         except (AdmissionRejected, Drained):
             await asyncio.sleep(0.05)
@@ -125,11 +127,11 @@ async def main(args: argparse.Namespace) -> None:
         grace_s=args.grace_s, resume_after_s=args.resume_after_s, probe_interval_s=args.interval_s
     )
     controller = AdmissionController(policy, probe, engine)
-    admitted = AdmittedEngine(engine, controller)
     await controller.start()
     stop = asyncio.Event()
     clients = [
-        asyncio.create_task(load(admitted, f"c{i}", args.tokens, stop)) for i in range(args.streams)
+        asyncio.create_task(load(controller, engine, f"c{i}", args.tokens, stop))
+        for i in range(args.streams)
     ]
     rows = [await cycle(controller, probe, engine, args) for _ in range(args.cycles)]
     stop.set()

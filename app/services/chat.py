@@ -35,6 +35,7 @@ from app.services.tools import (
     wire_deltas,
 )
 from engine import protocol
+from engine.admission.runtime import AdmissionController
 from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 
 
@@ -112,8 +113,10 @@ def engine_request(
 class ChatService(GenerationService[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
 
-    def __init__(self, engine: Engine, images: ImageLoader | None = None) -> None:
-        super().__init__(engine)
+    def __init__(
+        self, engine: Engine, admission: AdmissionController, images: ImageLoader | None = None
+    ) -> None:
+        super().__init__(engine, admission)
         self._images = images or ImageLoader()
 
     async def engine_requests(

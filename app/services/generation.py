@@ -26,6 +26,8 @@ from app.schemas.sampling import SamplingFields
 from app.services.sampling import check_model
 from app.services.streaming import open_sse
 from app.sse import frame
+from engine.admission.lease import admitted
+from engine.admission.runtime import AdmissionController
 from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 from engine.streams import merge
 
@@ -135,8 +137,9 @@ class GenerationService(ABC, Generic[RequestT]):
 
     id_prefix: ClassVar[str]
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, admission: AdmissionController) -> None:
         self._engine = engine
+        self._admission = admission
 
     @abstractmethod
     async def engine_requests(
@@ -182,8 +185,8 @@ class GenerationService(ABC, Generic[RequestT]):
         """The one call into the engine. One request: its outputs as they come (no
         merging on the per-token path); several: (position, output) pairs, merged."""
         if len(generates) == 1:
-            return self._engine.generate(generates[0])
-        return merge([self._engine.generate(generate) for generate in generates])
+            return admitted(self._admission, self._engine, generates[0])
+        return merge([admitted(self._admission, self._engine, g) for g in generates])
 
 
 def include_usage(request: SamplingFields) -> bool:

@@ -33,8 +33,9 @@ from PIL import Image, UnidentifiedImageError
 
 from app.errors import InvalidRequest
 from app.schemas.chat import Content, ImagePart, Message, TextPart, UserContent
-from engine.errors import EngineUnavailable
-from engine.protocol import Engine, ImageInput
+from engine.checks import require_image_input, require_ready
+from engine.errors import EngineRequestError
+from engine.protocol import ImageInput, ModelHost
 
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 MAX_REDIRECTS = 3
@@ -122,21 +123,17 @@ class ImageLoader:
         self._resolve = resolver or _resolve
         self._transport = transport
 
-    async def load(self, messages: Sequence[Message], engine: Engine) -> list[ImageInput]:
+    async def load(self, messages: Sequence[Message], engine: ModelHost) -> list[ImageInput]:
         """The request's images in order; [] without image parts. Checks that the model
         takes images, and the count, before fetching or decoding anything."""
         refs = image_refs(messages)
         if not refs:
             return []
-        if not engine.is_ready():
-            raise EngineUnavailable("The model is still loading.")
-        if not engine.model.supports_vision:
-            raise InvalidRequest(
-                f"The model `{engine.model.name}` does not accept image input "
-                f"({refs[0].param} is an image).",
-                param=refs[0].param,
-                code="image_input_not_supported",
-            )
+        require_ready(engine)
+        try:  # before any fetch: the engine's own decision, with the part that broke it
+            require_image_input(engine.model, refs[0].param, f" ({refs[0].param} is an image)")
+        except EngineRequestError as exc:
+            raise InvalidRequest(exc.message, param=exc.param, code=exc.code) from None
         if len(refs) > self.limits.max_images:
             extra = refs[self.limits.max_images]
             raise InvalidRequest(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from app.errors import InvalidRequest, ModelNotFound
 from app.schemas.sampling import SamplingFields
-from engine.protocol import Engine, SamplingOptions
+from engine.protocol import ModelHost, SamplingOptions
 
 
-def check_model(engine: Engine, name: str) -> None:
+def check_model(engine: ModelHost, name: str) -> None:
     if name not in engine.model.served_names:
         raise ModelNotFound(name)
 

@@ -5,8 +5,9 @@
 - `lending`: the weekly windows the owner lends the GPU in;
 - `probes`: how busy the owner is (NVML, none, scripted);
 - `runtime`: samples the probe, drives the state machine, pauses the engine;
-- `gate`: the lease around one generation.
+- `lease`: admission as a lease around one generation (`controller.lease(request)`),
+  and `admitted`, an engine's stream inside one.
 
-May import: the standard library and `engine`'s core (protocol, errors). Never vLLM
+May import: the standard library and `engine`'s core (protocol, checks, errors). Never vLLM
 or the web stack: the probe and the policy run on GPU machines without them.
 """

@@ -1,10 +1,10 @@
 """The admission controller at run time: samples the probe, drives the state machine,
-pauses and resumes the engine, and admits every generation.
+pauses and resumes the engine, and gates every generation.
 
-`AdmissionController.acquire` admits a request at once, queues it until it fits, or
-raises `AdmissionRejected`; the `Lease` it returns is revoked when a drain's grace
-period runs out, and `release` frees its place. `engine.admission.gate` wraps an Engine
-so that every generation goes through it.
+Each generation holds a lease (`AdmissionController.lease`, used by
+`engine.admission.lease.admitted`): entering waits for admission or raises
+`AdmissionRejected`; a drain whose grace period runs out revokes the lease, and the
+stream ends with `Drained`. The HTTP side maps both in `app.errors`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import itertools
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
+from engine.admission.lease import Lease
 from engine.admission.policy import (
     ADMITTING,
     AdmissionRejected,
@@ -29,23 +31,13 @@ from engine.admission.policy import (
     classify,
 )
 from engine.admission.probes import GpuSample, Probe
-from engine.admission.queue import AdmissionQueue, Ticket
-from engine.protocol import Engine, ModelInfo
+from engine.admission.queue import AdmissionQueue, Ticket, estimate_tokens
+from engine.checks import require_ready
+from engine.protocol import Engine, GenerateRequest, ModelInfo
 
 log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
-
-
-class Lease:
-    """One admitted request; `revoked` once a drain's grace period has run out."""
-
-    __slots__ = ("request_id", "revoked", "ticket")
-
-    def __init__(self, ticket: Ticket, request_id: str) -> None:
-        self.ticket = ticket
-        self.request_id = request_id
-        self.revoked = False
 
 
 class AdmissionController:
@@ -199,7 +191,27 @@ class AdmissionController:
     def _cap(self) -> int:
         return 0 if self.engine_paused else self.policy.cap(self.machine.state)
 
-    def use_model(self, model: ModelInfo) -> None:
+    @asynccontextmanager
+    async def lease(self, request: GenerateRequest) -> AsyncIterator[Lease]:
+        """Admission around one generation: on entry the engine must be ready and the
+        request admitted (now, or after a wait in the queue), else this raises
+        `EngineUnavailable` or `AdmissionRejected`; on exit the slot is given back. The
+        holder calls `Lease.check` after each output to end a revoked generation."""
+        require_ready(self._engine)
+        model = self._engine.model
+        self._use_model(model)
+        sampling = request.sampling
+        tokens = estimate_tokens(
+            request.messages, request.prompt, sampling.max_tokens, model.max_model_len, sampling.n
+        )
+        client = request.client or "anonymous"
+        lease = await self._acquire(client, request.priority, tokens, request.request_id)
+        try:
+            yield lease
+        finally:
+            self._release(lease)
+
+    def _use_model(self, model: ModelInfo) -> None:
         """Take the KV budget from the engine once it knows its capacity."""
         if self._budget_set:
             return
@@ -207,7 +219,7 @@ class AdmissionController:
         self.queue.kv_budget = configured if configured else model.kv_cache_tokens
         self._budget_set = True
 
-    async def acquire(self, client: str, priority: int, tokens: int, request_id: str) -> Lease:
+    async def _acquire(self, client: str, priority: int, tokens: int, request_id: str) -> Lease:
         """Admit a request now, after a wait in the queue, or raise AdmissionRejected."""
         now = self._clock()
         self.counters["offered"] += 1
@@ -223,7 +235,7 @@ class AdmissionController:
             raise
         if not started:
             await self._wait(ticket)
-        lease = Lease(ticket, request_id)
+        lease = Lease(ticket, request_id, self._drained_error)
         self._leases[ticket.id] = lease
         self.counters["admitted"] += 1
         return lease
@@ -246,7 +258,7 @@ class AdmissionController:
         finally:
             self._waiters.pop(ticket.id, None)
 
-    def release(self, lease: Lease) -> None:
+    def _release(self, lease: Lease) -> None:
         self._leases.pop(lease.ticket.id, None)
         self.queue.release(lease.ticket.id)
         self.counters["drained_ended" if lease.revoked else "completed"] += 1
@@ -295,7 +307,7 @@ class AdmissionController:
             retry_after_s=1.0,
         )
 
-    def drained_error(self) -> Drained:
+    def _drained_error(self) -> Drained:
         now = self._clock()
         return Drained(
             "The GPU's owner reclaimed it and the grace period ran out: this request was ended.",

@@ -1,9 +1,12 @@
-"""`VLLMEngine`: the Engine implemented over vLLM's AsyncLLM (built by `config`).
+"""`VLLMEngine`: the Engine (both `Generator` and `ModelHost` of engine.protocol)
+implemented over vLLM's AsyncLLM (built by `config`).
 
 It renders and tokenizes prompts, fits the output budget into the context length,
 submits requests to the AsyncLLM (greedy `n > 1` as `n` requests, which vLLM refuses as
 one) and turns vLLM's outputs into engine deltas, with reasoning and tool calls split
-off; it also pauses, resumes and sleeps the AsyncLLM for the admission controller.
+off; it also pauses, resumes and sleeps the AsyncLLM for the admission controller. The
+decisions every engine shares (readiness, image input, context budget) come from
+`engine.checks`.
 """
 
 from __future__ import annotations
@@ -16,12 +19,8 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.errors import (
-    ContextLengthExceeded,
-    EngineFailure,
-    EngineRequestError,
-    EngineUnavailable,
-)
+from engine.checks import output_budget, require_image_input, require_ready
+from engine.errors import EngineFailure, EngineRequestError
 from engine.families import Family
 from engine.protocol import (
     GenerateOutput,
@@ -32,6 +31,7 @@ from engine.protocol import (
 )
 from engine.streams import merge
 from engine.templates import load_template_file, render_chat
+from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
 from engine.vllm_backend.logprobs import convert_prompt_logprobs
 from engine.vllm_backend.outputs import (
@@ -161,7 +161,7 @@ class VLLMEngine:
     def _prompt_token_ids(self, request: GenerateRequest) -> list[int]:
         if request.messages is not None:
             kwargs = dict(request.template_kwargs)
-            if request.tools and request.tool_choice != "none":
+            if calls_tools(request.tools, request.tool_choice):
                 kwargs["tools"] = request.tools
             text = render_chat(
                 self._template or "",
@@ -173,17 +173,6 @@ class VLLMEngine:
             return self._tokenizer.encode(text, add_special_tokens=False)
         return self._tokenizer.encode(request.prompt or "", add_special_tokens=True)
 
-    def _output_budget(self, prompt_tokens: int, requested: int | None) -> int:
-        limit = self.model.max_model_len
-        room = limit - prompt_tokens
-        if requested is None:
-            if room <= 0:
-                raise ContextLengthExceeded(prompt_tokens, None, limit)
-            return room
-        if requested > room:
-            raise ContextLengthExceeded(prompt_tokens, requested, limit)
-        return requested
-
     def tokenize(
         self,
         *,
@@ -192,8 +181,7 @@ class VLLMEngine:
         add_special_tokens: bool = True,
         add_generation_prompt: bool = True,
     ) -> list[int]:
-        if not self.is_ready():
-            raise EngineUnavailable("The model is still loading.")
+        require_ready(self)
         if messages is not None:
             text = render_chat(
                 self._template or "",
@@ -205,14 +193,12 @@ class VLLMEngine:
         return self._tokenizer.encode(prompt or "", add_special_tokens=add_special_tokens)
 
     def detokenize(self, token_ids: list[int]) -> str:
-        if not self.is_ready():
-            raise EngineUnavailable("The model is still loading.")
+        require_ready(self)
         check_token_ids(token_ids, self.model.vocab_size, "tokens")
         return self._tokenizer.decode(token_ids)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
-        if not self.is_ready():
-            raise EngineUnavailable("The model is still loading.")
+        require_ready(self)
         sampling = request.sampling
         check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
         check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
@@ -225,7 +211,7 @@ class VLLMEngine:
             prompt = await self._multimodal_prompt(prompt_ids, request.images)
             prompt_ids = list(prompt["prompt_token_ids"])
         parsing.prompt_token_ids = prompt_ids
-        max_tokens = self._output_budget(len(prompt_ids), sampling.max_tokens)
+        max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
         constraint = constraint_for(request, self._tool_parser, max_tokens)
         if sampling.n > 1 and sampling.temperature == 0:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
@@ -255,19 +241,14 @@ class VLLMEngine:
                 yield output
 
     def _tool_request(self, request: GenerateRequest) -> ToolRequest | None:
-        if not request.tools or request.tool_choice == "none":
+        if not calls_tools(request.tools, request.tool_choice):
             return None
         return ToolRequest(request.tools, request.tool_choice, request.parallel_tool_calls)
 
     async def _multimodal_prompt(
         self, prompt_ids: list[int], images: list[ImageInput]
     ) -> dict[str, Any]:
-        if not self.model.supports_vision:
-            raise EngineRequestError(
-                f"The model `{self.model.name}` does not accept image input.",
-                param="messages",
-                code="image_input_not_supported",
-            )
+        require_image_input(self.model)
         # `detail` has no counterpart in vLLM's processors: each model sizes images its way.
         data = {"image": [image.image for image in images]}
         try:
@@ -296,19 +277,12 @@ class VLLMEngine:
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
         params.structured_outputs = plan.constraint
-        reasoning_ended = self._constrain(request, params)
         tools = self._tool_request(request)
         parsers: dict[int, ToolCallStream] = {}
         top_k = sampling.logprobs or 0
         prompt_tokens = len(prompt_ids)
         first = True
-        stream = self._llm.generate(
-            prompt,
-            params,
-            plan.request_id,
-            reasoning_ended=reasoning_ended,
-            **parsing.engine_kwargs,
-        )
+        stream = self._llm.generate(prompt, params, plan.request_id, **parsing.engine_kwargs)
         try:
             async for output in stream:
                 prompt_logprobs = None
@@ -341,12 +315,6 @@ class VLLMEngine:
             # Closed early (client gone, or an error): closing vLLM's generator aborts the
             # request in the engine core. A no-op when it already finished.
             await stream.aclose()
-
-    def _constrain(self, request: GenerateRequest, params: Any) -> bool | None:
-        """A hook on vLLM's `params` before submission; returns whether reasoning has
-        already ended (None: vLLM's gate decides from the prompt and the family's parser).
-        The family tests override it to make SmolLM2 write a family's reasoning markers."""
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,11 @@
 family's template and parser, the output forced into the family's reasoning format.
 
 SmolLM2 never writes `<think>` on its own, so the engine here is the real `VLLMEngine`
-with one hook overridden: `_constrain` adds a regex that makes the model write the
-family's markers around a few words, constrained from the first token, and a logit bias
-so that it writes each marker as its single token (as the real models do) rather than
-spelling it out. Everything else (template, toggles, parsers, leak guard, HTTP) is the
-server's real path.
+with vLLM's `AsyncLLM.generate` intercepted (the production engine has no hook for it):
+the interception adds a regex that makes the model write the family's markers around a
+few words, constrained from the first token, and a logit bias so that it writes each
+marker as its single token (as the real models do) rather than spelling it out.
+Everything else (template, toggles, parsers, leak guard, HTTP) is the server's real path.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import pytest
 
 from engine import families
 from engine.checkpoint import default_model_dir, is_prepared
-from engine.protocol import GenerateRequest
 from engine.vllm_backend.config import EngineConfig
 from engine.vllm_backend.engine import VLLMEngine
 from tests.client import app_client, stream_events
@@ -48,21 +47,27 @@ class ForcedOutputEngine(VLLMEngine):
     regex: str | None = None
     last_prompt: str = ""
 
-    def _constrain(self, request: GenerateRequest, params: Any) -> bool | None:
+    async def start(self) -> None:
+        await super().start()
+        submit = self._llm.generate
+
+        def generate(prompt: dict[str, Any], params: Any, request_id: str, **kwargs: Any) -> Any:
+            ids = prompt["prompt_token_ids"]
+            self.last_prompt = self._tokenizer.decode(ids, skip_special_tokens=False)
+            if self.regex is not None:
+                self._force(params)
+                kwargs["reasoning_ended"] = True  # constrain from the first token
+            return submit(prompt, params, request_id, **kwargs)
+
+        self._llm.generate = generate
+
+    def _force(self, params: Any) -> None:
+        """The reasoning markers are what is forced, each as its single token."""
         from vllm.sampling_params import StructuredOutputsParams
 
-        self.last_prompt = self._render(request)
-        if self.regex is None:
-            return None
         params.structured_outputs = StructuredOutputsParams(regex=self.regex)
         vocab = self._tokenizer.get_vocab()
         params.logit_bias = {vocab[marker]: 30.0 for marker in MARKERS}
-        # Constrain from the first token: the reasoning markers are what is forced.
-        return True
-
-    def _render(self, request: GenerateRequest) -> str:
-        ids = self._prompt_token_ids(request)
-        return self._tokenizer.decode(ids, skip_special_tokens=False)
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,16 @@ draining with grace, yielding (engine paused, memory released) and the warm retu
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from engine.admission.gate import AdmittedEngine
+from engine.admission.lease import admitted
 from engine.admission.policy import AdmissionRejected, Drained, Policy, State
 from engine.admission.probes import GpuSample
 from engine.admission.runtime import AdmissionController
-from engine.protocol import GenerateRequest, SamplingOptions
+from engine.protocol import GenerateOutput, GenerateRequest, SamplingOptions
 from engine.scripted import ScriptedEngine
 
 OWNER = GpuSample(90.0, 8000.0, 1)
@@ -36,10 +38,24 @@ class StaticProbe:
         return self.value
 
 
+class CountingEngine(ScriptedEngine):
+    """Counts how often admission paused it."""
+
+    pauses = 0
+
+    async def pause(self) -> None:
+        self.pauses += 1
+        await super().pause()
+
+
+Generate = Callable[[GenerateRequest], AsyncIterator[GenerateOutput]]
+
+
 def make(
     kv_cache_tokens: int = 0, **policy: object
-) -> tuple[AdmittedEngine, AdmissionController, ScriptedEngine, Clock]:
-    engine = ScriptedEngine(token_delay_s=0.01, kv_cache_tokens=kv_cache_tokens)
+) -> tuple[Generate, AdmissionController, CountingEngine, Clock]:
+    """`generate` runs one generation inside an admission lease, as the services do."""
+    engine = CountingEngine(token_delay_s=0.01, kv_cache_tokens=kv_cache_tokens)
     clock = Clock()
     settings = {"grace_s": 5.0, "resume_after_s": 10.0, **policy}
     controller = AdmissionController(
@@ -48,7 +64,7 @@ def make(
         engine,
         clock=clock,
     )
-    return AdmittedEngine(engine, controller), controller, engine, clock
+    return functools.partial(admitted, controller, engine), controller, engine, clock
 
 
 def request(rid: str, tokens: int = 4, client: str = "c", priority: int = 0) -> GenerateRequest:
@@ -61,27 +77,27 @@ def request(rid: str, tokens: int = 4, client: str = "c", priority: int = 0) -> 
     )
 
 
-async def collect(admitted: AdmittedEngine, req: GenerateRequest) -> int:
-    return sum([len(o.choices) async for o in admitted.generate(req)])
+async def collect(generate: Generate, req: GenerateRequest) -> int:
+    return sum([len(o.choices) async for o in generate(req)])
 
 
 async def test_admitted_generation_runs_and_counts() -> None:
-    admitted, controller, _, _ = make()
-    assert await collect(admitted, request("r1")) == 4
+    generate, controller, _, _ = make()
+    assert await collect(generate, request("r1")) == 4
     assert controller.counters["admitted"] == 1
     assert controller.counters["completed"] == 1
     assert not controller.queue.running
 
 
 async def test_owner_reclaim_drains_then_yields_then_returns_warm() -> None:
-    admitted, controller, engine, clock = make()
-    stream = admitted.generate(request("long", tokens=1000))
+    generate, controller, engine, clock = make()
+    stream = generate(request("long", tokens=1000))
     await anext(stream)  # admitted and running
 
     await controller.observe(OWNER)
     assert controller.state is State.DRAINING
     with pytest.raises(AdmissionRejected) as rejected:
-        await anext(admitted.generate(request("new")))
+        await anext(generate(request("new")))
     assert (rejected.value.status, rejected.value.code) == (503, "draining")
     assert rejected.value.retry_after_s == pytest.approx(15.0)  # grace 5 + hysteresis 10
     await anext(stream)  # still generating within the grace period
@@ -110,13 +126,13 @@ async def test_owner_reclaim_drains_then_yields_then_returns_warm() -> None:
     await controller.observe(IDLE)
     assert controller.state is State.SERVING
     assert (engine.paused, engine.memory_released) == (False, False)
-    assert await collect(admitted, request("after")) == 4
+    assert await collect(generate, request("after")) == 4
     assert engine.pauses == 1
 
 
 async def test_drain_ends_as_soon_as_the_last_request_finishes() -> None:
-    admitted, controller, engine, _ = make(grace_s=60.0)
-    stream = admitted.generate(request("short", tokens=3))
+    generate, controller, engine, _ = make(grace_s=60.0)
+    stream = generate(request("short", tokens=3))
     await anext(stream)
     await controller.observe(OWNER)
     assert controller.state is State.DRAINING
@@ -133,10 +149,10 @@ async def test_drain_ends_as_soon_as_the_last_request_finishes() -> None:
 
 
 async def test_queue_waits_for_a_slot() -> None:
-    admitted, controller, _, _ = make(max_concurrent=1)
-    first = admitted.generate(request("one", tokens=20))
+    generate, controller, _, _ = make(max_concurrent=1)
+    first = generate(request("one", tokens=20))
     await anext(first)
-    waiting = asyncio.create_task(collect(admitted, request("two", client="other")))
+    waiting = asyncio.create_task(collect(generate, request("two", client="other")))
     await asyncio.sleep(0.02)
     assert not waiting.done()
     assert len(controller.queue.waiting) == 1
@@ -146,21 +162,21 @@ async def test_queue_waits_for_a_slot() -> None:
 
 
 async def test_queue_timeout_is_503() -> None:
-    admitted, controller, _, _ = make(max_concurrent=1, queue_timeout_s=0.05)
-    first = admitted.generate(request("one", tokens=1000))
+    generate, controller, _, _ = make(max_concurrent=1, queue_timeout_s=0.05)
+    first = generate(request("one", tokens=1000))
     await anext(first)
     with pytest.raises(AdmissionRejected) as rejected:
-        await collect(admitted, request("two"))
+        await collect(generate, request("two"))
     assert rejected.value.code == "queue_timeout"
     assert not controller.queue.waiting
     await first.aclose()
 
 
 async def test_a_client_leaving_the_queue_frees_its_place() -> None:
-    admitted, controller, _, _ = make(max_concurrent=1)
-    first = admitted.generate(request("one", tokens=1000))
+    generate, controller, _, _ = make(max_concurrent=1)
+    first = generate(request("one", tokens=1000))
     await anext(first)
-    waiting = asyncio.create_task(collect(admitted, request("two")))
+    waiting = asyncio.create_task(collect(generate, request("two")))
     await asyncio.sleep(0.01)
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
@@ -170,10 +186,10 @@ async def test_a_client_leaving_the_queue_frees_its_place() -> None:
 
 
 async def test_queued_requests_are_rejected_when_the_owner_returns() -> None:
-    admitted, controller, _, _ = make(max_concurrent=1)
-    first = admitted.generate(request("one", tokens=1000))
+    generate, controller, _, _ = make(max_concurrent=1)
+    first = generate(request("one", tokens=1000))
     await anext(first)
-    waiting = asyncio.create_task(collect(admitted, request("two")))
+    waiting = asyncio.create_task(collect(generate, request("two")))
     await asyncio.sleep(0.01)
     await controller.observe(OWNER)
     with pytest.raises(AdmissionRejected) as rejected:
@@ -183,12 +199,12 @@ async def test_queued_requests_are_rejected_when_the_owner_returns() -> None:
 
 
 async def test_throttled_state_lowers_the_cap() -> None:
-    admitted, controller, _, _ = make(max_concurrent=4, throttled_concurrent=1)
+    generate, controller, _, _ = make(max_concurrent=4, throttled_concurrent=1)
     await controller.observe(GpuSample(10.0, 0.0, 1))
     assert controller.state is State.THROTTLED
-    first = admitted.generate(request("one", tokens=1000))
+    first = generate(request("one", tokens=1000))
     await anext(first)
-    second = asyncio.create_task(collect(admitted, request("two", client="x")))
+    second = asyncio.create_task(collect(generate, request("two", client="x")))
     await asyncio.sleep(0.02)
     assert len(controller.queue.waiting) == 1
     await first.aclose()
@@ -196,8 +212,8 @@ async def test_throttled_state_lowers_the_cap() -> None:
 
 
 async def test_stop_drains_with_grace_and_stays_yielded() -> None:
-    admitted, controller, engine, clock = make(grace_s=60.0)
-    stream = admitted.generate(request("s", tokens=3))
+    generate, controller, engine, clock = make(grace_s=60.0)
+    stream = generate(request("s", tokens=3))
     await anext(stream)
     stopping = asyncio.create_task(controller.stop())
     await asyncio.sleep(0.01)
@@ -243,11 +259,11 @@ async def test_probe_loop_samples_on_its_interval() -> None:
 
 async def test_kv_budget_comes_from_the_engine() -> None:
     """Two requests of ~90 tokens each do not fit a 150-token KV cache together."""
-    admitted, controller, _, _ = make(kv_cache_tokens=150)
-    first = admitted.generate(request("one", tokens=80))
+    generate, controller, _, _ = make(kv_cache_tokens=150)
+    first = generate(request("one", tokens=80))
     await anext(first)
     assert controller.queue.kv_budget == 150
-    second = asyncio.create_task(collect(admitted, request("two", tokens=80, client="b")))
+    second = asyncio.create_task(collect(generate, request("two", tokens=80, client="b")))
     await asyncio.sleep(0.02)
     assert len(controller.queue.waiting) == 1
     await first.aclose()
@@ -255,16 +271,16 @@ async def test_kv_budget_comes_from_the_engine() -> None:
 
 
 async def test_configured_kv_budget_wins_and_minus_one_disables_it() -> None:
-    admitted, controller, _, _ = make(kv_cache_tokens=150, kv_budget_tokens=-1)
-    first = admitted.generate(request("one", tokens=80))
+    generate, controller, _, _ = make(kv_cache_tokens=150, kv_budget_tokens=-1)
+    first = generate(request("one", tokens=80))
     await anext(first)
     assert controller.queue.kv_budget == -1
-    assert await collect(admitted, request("two", tokens=80, client="b")) == 80
+    assert await collect(generate, request("two", tokens=80, client="b")) == 80
     await first.aclose()
 
 
 async def test_a_failed_resume_is_retried_at_the_next_sample() -> None:
-    admitted, controller, engine, clock = make(resume_after_s=0.0)
+    generate, controller, engine, clock = make(resume_after_s=0.0)
     await controller.observe(OWNER)
     assert engine.paused
     real_resume = engine.resume
@@ -283,4 +299,4 @@ async def test_a_failed_resume_is_retried_at_the_next_sample() -> None:
     clock.now += 1
     await controller.observe(IDLE)
     assert not controller.engine_paused and len(calls) == 2
-    assert await collect(admitted, request("after")) == 4
+    assert await collect(generate, request("after")) == 4

@@ -1,0 +1,42 @@
+"""Decisions every engine makes the same way, each in one place: whether the model may
+serve now, whether it takes images, and how many tokens a request may generate.
+
+The scripted and vLLM engines, admission and the HTTP side all call these, so they
+cannot disagree (a check done early on the HTTP side and again in the engine gives the
+same answer). Model-independent: each takes the facts it decides on, nothing from vLLM.
+"""
+
+from __future__ import annotations
+
+from engine.errors import ContextLengthExceeded, EngineRequestError, EngineUnavailable
+from engine.protocol import ModelHost, ModelInfo
+
+
+def require_ready(host: ModelHost) -> None:
+    """Raise EngineUnavailable unless the host serves now (loaded, not failed)."""
+    if not host.is_ready():
+        raise EngineUnavailable("The model is still loading.")
+
+
+def require_image_input(model: ModelInfo, param: str = "messages", where: str = "") -> None:
+    """Raise EngineRequestError (400 `image_input_not_supported`) unless the model takes
+    images; `where` adds which part of the request held one."""
+    if not model.supports_vision:
+        raise EngineRequestError(
+            f"The model `{model.name}` does not accept image input{where}.",
+            param=param,
+            code="image_input_not_supported",
+        )
+
+
+def output_budget(prompt_tokens: int, requested: int | None, max_model_len: int) -> int:
+    """Tokens the request may generate: `requested`, or the rest of the context when None.
+    Raises ContextLengthExceeded when the prompt and the request do not fit."""
+    room = max_model_len - prompt_tokens
+    if requested is None:
+        if room <= 0:
+            raise ContextLengthExceeded(prompt_tokens, None, max_model_len)
+        return room
+    if requested > room:
+        raise ContextLengthExceeded(prompt_tokens, requested, max_model_len)
+    return requested
