@@ -133,7 +133,8 @@ def create_app(
             admin_router(settings.admin_key),
         ],
         dependencies={name: _provide(service) for name, service in services.items()},
-        exception_handlers=exception_handlers,  # type: ignore[arg-type]
+        # Handlers are typed per exception class; Litestar's mapping type is wider.
+        exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],
         # Kept for operators and tests that reach the app from outside a request.
         state=State({**services, "settings": settings}),

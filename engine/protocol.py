@@ -9,7 +9,7 @@ with canned tokens for fast tests and benchmarks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -154,7 +154,7 @@ class Generator(Protocol):
     """What one generation needs: the request's output stream, and a way to stop it.
     Admission holds a lease around exactly this (engine.admission.runtime)."""
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+    def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
         """Stream the request's output. Raises `engine.errors` exceptions for bad requests
         before the first output. Closing or cancelling the iterator aborts the request."""
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from engine.checks import output_budget, require_image_input, require_ready
 from engine.protocol import (
     ChoiceDelta,
+    FinishReason,
     GenerateOutput,
     GenerateRequest,
     ModelInfo,
@@ -113,7 +114,7 @@ class ScriptedEngine:
             return sum(len(str(m.get("content", "")).split()) + 3 for m in request.messages)
         return len((request.prompt or "").split())
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
         require_ready(self)
         if request.images:
             require_image_input(self._model)
@@ -133,7 +134,9 @@ class ScriptedEngine:
                 if request.request_id not in self.running:
                     return  # aborted: as vLLM ends an aborted request's stream
                 last = position == len(emitted) - 1
-                finish = ("stop" if natural_end else "length") if last else None
+                finish: FinishReason | None = (
+                    ("stop" if natural_end else "length") if last else None
+                )
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=[

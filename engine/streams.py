@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any, TypeVar
 
@@ -12,21 +12,23 @@ T = TypeVar("T")
 _DONE = object()
 
 
-async def merge(sources: Sequence[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+async def merge(
+    sources: Sequence[AsyncGenerator[T, None]],
+) -> AsyncGenerator[tuple[int, T], None]:
     """Yield (source position, item) as items arrive from any source.
 
     The first error of any source is raised after the others are stopped; closing
     the merged stream stops (and so aborts) every source still running.
     """
     if len(sources) == 1:
-        async with aclosing(sources[0]) as only:  # type: ignore[type-var]  # an async generator
+        async with aclosing(sources[0]) as only:
             async for item in only:
                 yield 0, item
         return
     # Items, errors and the end marker share one queue: its entries are untyped.
     queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
 
-    async def pump(position: int, source: AsyncIterator[T]) -> None:
+    async def pump(position: int, source: AsyncGenerator[T, None]) -> None:
         try:
             async for item in source:
                 await queue.put((position, item))

@@ -6,6 +6,7 @@ legacy logprobs shape (parallel lists with text offsets).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.schemas.chat import Usage
@@ -29,7 +30,7 @@ class LogprobsBuilder:
             tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[]
         )
 
-    def add(self, entries: list[TokenLogprob | None]) -> None:
+    def add(self, entries: Sequence[TokenLogprob | None]) -> None:
         for entry in entries:
             lists = self.logprobs
             lists.text_offset.append(self.offset)
@@ -123,7 +124,7 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
 
     def absorb(self, state: CompletionChoiceState, delta: ChoiceDelta) -> None:
         if delta.logprobs and state.logprobs is not None:
-            state.logprobs.add(delta.logprobs)  # type: ignore[arg-type]
+            state.logprobs.add(delta.logprobs)
 
     def body(self, states: dict[int, CompletionChoiceState], usage: Usage) -> Completion:
         choices = [
@@ -148,7 +149,7 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
             builder = LogprobsBuilder(previous.offset if previous is not None else 0)
             if output.prompt_logprobs is not None:
                 builder.add(output.prompt_logprobs)
-            builder.add(delta.logprobs or [])  # type: ignore[arg-type]
+            builder.add(delta.logprobs or [])
             self._builders[index] = builder
             logprobs = builder.logprobs
         if self._request.echo and index not in self._echoed:

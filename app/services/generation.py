@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -176,12 +176,12 @@ class GenerationService(ABC, Generic[RequestT]):
     async def _start(
         self, request: RequestT, client: str | None
     ) -> tuple[Generation[Any], list[GenerateRequest]]:
-        check_model(self._engine, request.model)  # type: ignore[attr-defined]
+        check_model(self._engine, request.model)
         request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         generates = await self.engine_requests(request, request_id, client)
         return self.generation(request, request_id), generates
 
-    def _outputs(self, generates: list[GenerateRequest]) -> AsyncIterator[Any]:
+    def _outputs(self, generates: list[GenerateRequest]) -> AsyncGenerator[Any, None]:
         """The one call into the engine. One request: its outputs as they come (no
         merging on the per-token path); several: (position, output) pairs, merged."""
         if len(generates) == 1:

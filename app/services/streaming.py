@@ -8,7 +8,7 @@ the chunks say is the endpoint's (`app.services.generation`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TypeVar
 
 from app.errors import to_api_error
@@ -21,20 +21,20 @@ Closing = Callable[[], list[bytes]]  # frames after the last output (the usage c
 
 
 async def open_sse(
-    outputs: AsyncIterator[T], frames: Frames[T], closing: Closing
+    outputs: AsyncGenerator[T, None], frames: Frames[T], closing: Closing
 ) -> AsyncIterator[bytes]:
     try:
         first = await anext(outputs)
     except StopAsyncIteration:
         first = None
     except BaseException:
-        await outputs.aclose()  # type: ignore[attr-defined]
+        await outputs.aclose()
         raise
     return _frames(first, outputs, frames, closing)
 
 
 async def _frames(
-    first: T | None, outputs: AsyncIterator[T], frames: Frames[T], closing: Closing
+    first: T | None, outputs: AsyncGenerator[T, None], frames: Frames[T], closing: Closing
 ) -> AsyncIterator[bytes]:
     try:
         if first is not None:
@@ -48,5 +48,5 @@ async def _frames(
     except Exception as exc:
         yield error_frame(to_api_error(exc).body())
     finally:
-        await outputs.aclose()  # type: ignore[attr-defined]
+        await outputs.aclose()
     yield DONE

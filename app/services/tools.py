@@ -62,9 +62,11 @@ def tool_fields(request: ChatCompletionRequest) -> dict[str, Any]:
             for tool in request.tools or []
         ]
         choice = request.tool_choice or "auto"
-        if isinstance(choice, NamedToolChoice):
-            choice = {"type": "function", "function": {"name": choice.function.name}}
-        fields["tool_choice"] = choice
+        fields["tool_choice"] = (
+            {"type": "function", "function": {"name": choice.function.name}}
+            if isinstance(choice, NamedToolChoice)
+            else choice
+        )
     response_format = request.response_format
     if isinstance(response_format, JsonObjectFormat):
         fields["response_format"] = protocol.StructuredOutput(schema=None)

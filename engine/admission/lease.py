@@ -7,7 +7,7 @@ maps both errors in `app.errors`; nothing else about the engine passes through h
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
@@ -38,12 +38,12 @@ class Lease:
 
 async def admitted(
     admission: AdmissionController, generator: Generator, request: GenerateRequest
-) -> AsyncIterator[GenerateOutput]:
+) -> AsyncGenerator[GenerateOutput, None]:
     """`generator`'s stream for `request`, inside an admission lease held exactly as
     long as the stream runs. Errors come before the first output, as from the engine;
     closing this iterator closes (and so aborts) the engine's stream at once."""
     async with admission.lease(request) as lease:
-        async with aclosing(generator.generate(request)) as outputs:  # type: ignore[type-var]
+        async with aclosing(generator.generate(request)) as outputs:
             async for output in outputs:
                 lease.check()
                 yield output

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
@@ -197,7 +197,7 @@ class VLLMEngine:
         check_token_ids(token_ids, self.model.vocab_size, "tokens")
         return self._tokenizer.decode(token_ids)
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
         require_ready(self)
         sampling = request.sampling
         check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
@@ -241,7 +241,7 @@ class VLLMEngine:
                 yield output
 
     def _tool_request(self, request: GenerateRequest) -> ToolRequest | None:
-        if not calls_tools(request.tools, request.tool_choice):
+        if request.tools is None or not calls_tools(request.tools, request.tool_choice):
             return None
         return ToolRequest(request.tools, request.tool_choice, request.parallel_tool_calls)
 
@@ -268,7 +268,7 @@ class VLLMEngine:
         prompt_ids: list[int],
         plan: _Plan,
         parsing: RequestParsing,
-    ) -> AsyncIterator[GenerateOutput]:
+    ) -> AsyncGenerator[GenerateOutput, None]:
         from engine.vllm_backend.sampling import to_sampling_params
 
         sampling = plan.sampling
