@@ -56,7 +56,7 @@ bench-save: model
 # Side-by-side load benchmark against `vllm serve` (minutes; see perf/RESULTS.md).
 LOAD_ARGS ?=
 load: model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load $(LOAD_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load --check $(LOAD_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks

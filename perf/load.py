@@ -1,7 +1,7 @@
 """Side-by-side load benchmark: our server vs `vllm serve` vs the same engine offline.
 
     python -m perf.load [--concurrency 1,4,16,64] [--num-prompts 4,8,32,64] \\
-        [--input-len 128] [--output-len 64] [--only ours,vllm,offline]
+        [--input-len 128] [--output-len 64] [--only ours,vllm,offline] [--check]
 
 Each server is started alone on 127.0.0.1 with the same engine flags (float32, eager,
 max-model-len 2048, the same KV cache and memory fraction), warmed up with one request,
@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-cache-gib", type=int, default=2)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument("--check", action="store_true", help="exit 1 unless every target is met")
     args = parser.parse_args(argv)
     if len(args.concurrency) != len(args.num_prompts):
         parser.error("--concurrency and --num-prompts need the same number of values")
@@ -216,10 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.node()}, {os.cpu_count()} cpus",
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
     }
-    text = report(rows, meta)
+    text, met = report(rows, meta)
     print("\n" + text)
     (OUT / "summary.md").write_text(text + "\n")
-    return 0
+    return 0 if met or not args.check else 1
 
 
 if __name__ == "__main__":
