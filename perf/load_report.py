@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LABELS = {"ours": "lilac-serve", "vllm": "vllm serve", "offline": "offline engine"}
+LABELS = {
+    "ours": "lilac-serve",
+    "ours-default": "lilac-serve, default admission limits",
+    "ours-noadmit": "lilac-serve, admission skipped",
+    "vllm": "vllm serve",
+    "offline": "offline engine",
+}
 # (column title, row key or a function of the row); every column is also given as a ratio.
 COLUMNS: list[tuple[str, Any]] = [
     ("out tok/s", "output_throughput"),
