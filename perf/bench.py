@@ -5,7 +5,9 @@
 
 A benchmark judged a regression (see `perf.compare`) is run once more, together with
 the calibration so that its machine-speed correction is fresh, and fails only if the
-second run confirms it: one preempted burst on a shared machine does not fail CI. A
+second run confirms it: one burst of other jobs on a shared machine does not fail CI.
+Before the re-run it waits (up to `--max-wait` seconds) for the load average to drop to
+the number of cores. A
 benchmark of the baseline that the run lacks fails at once. Extra pytest arguments
 (`-k template`) make the run partial: benchmarks they leave out are not judged.
 """
@@ -14,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +54,30 @@ def rerun_filter(names: list[str]) -> list[str]:
     return ["-k", " or ".join(sorted({CALIBRATION, *names}))]
 
 
+def wait_for_quiet(
+    max_wait_s: float,
+    loadavg: Any = os.getloadavg,
+    cores: int = os.cpu_count() or 1,
+    sleep: Any = time.sleep,
+    poll_s: float = 10.0,
+) -> float:
+    """Wait (at most `max_wait_s`) until the 1-minute load average is no higher than the
+    number of cores; return it. Other jobs inflate even CPU time (shared caches), by
+    more than the threshold when the machine is oversubscribed many times over."""
+    waited = 0.0
+    while (load := loadavg()[0]) > cores and waited < max_wait_s:
+        print(f"load average {load:.1f} on {cores} cores: waiting for a quieter machine")
+        sleep(poll_s)
+        waited += poll_s
+    return float(load)
+
+
 def gate(
     baseline: dict[str, Any],
     first: Judgement,
     rerun: Any,
     threshold: float,
+    quiet: Any = lambda: wait_for_quiet(0.0),
 ) -> bool:
     """Whether the run passes: `first` judged the whole run; `rerun(names)` runs those
     benchmarks again and returns the new JSON (or None when pytest itself failed)."""
@@ -63,7 +86,9 @@ def gate(
     if not first.regressions:
         return True
     names = first.regressions
-    print(f"\nre-running {len(names)} benchmark(s) once to confirm: {', '.join(names)}\n")
+    load = quiet()
+    print(f"\nre-running {len(names)} benchmark(s) once to confirm: {', '.join(names)}")
+    print(f"(load average {load:.1f})\n")
     again = rerun(names)
     if again is None:
         return False
@@ -83,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", action="store_true", help="record the run as the baseline")
     parser.add_argument("--baseline", type=Path, default=BASELINE)
     parser.add_argument("--threshold", type=float, default=25.0, help="percent (default 25)")
+    parser.add_argument(
+        "--max-wait",
+        type=float,
+        default=300.0,
+        help="seconds to wait for a quieter machine before a re-run (default 300)",
+    )
     args, pytest_args = parser.parse_known_args(argv)
     current_path = OUT / "bench.json"
     if run_benchmarks(current_path, pytest_args) != 0:
@@ -106,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             return None
         return json.loads(path.read_text())
 
-    passed = gate(baseline, first, rerun, threshold)
+    passed = gate(baseline, first, rerun, threshold, lambda: wait_for_quiet(args.max_wait))
     print("\nbench: PASS" if passed else "\nbench: FAIL")
     return 0 if passed else 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf.bench import gate, rerun_filter
+from perf.bench import gate, rerun_filter, wait_for_quiet
 from perf.compare import CALIBRATION, compare, judge
 
 THRESHOLD = 0.25
@@ -157,3 +157,16 @@ def test_a_clean_run_is_not_rerun() -> None:
 
 def test_the_rerun_selects_the_benchmarks_and_the_calibration() -> None:
     assert rerun_filter(["test_b", "test_a"]) == ["-k", f"test_a or test_b or {CALIBRATION}"]
+
+
+def test_the_rerun_waits_for_a_quieter_machine() -> None:
+    loads = iter([9.0, 6.0, 1.5])
+    slept: list[float] = []
+    load = wait_for_quiet(60, loadavg=lambda: (next(loads),), cores=2, sleep=slept.append)
+    assert load == 1.5 and slept == [10.0, 10.0]
+
+
+def test_the_wait_is_bounded() -> None:
+    slept: list[float] = []
+    load = wait_for_quiet(30, loadavg=lambda: (20.0,), cores=2, sleep=slept.append)
+    assert load == 20.0 and slept == [10.0, 10.0, 10.0]
