@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from perf.bench import gate, rerun_filter, wait_for_quiet
 from perf.compare import CALIBRATION, compare, judge
 
@@ -170,3 +172,11 @@ def test_the_wait_is_bounded() -> None:
     slept: list[float] = []
     load = wait_for_quiet(30, loadavg=lambda: (20.0,), cores=2, sleep=slept.append)
     assert load == 20.0 and slept == [10.0, 10.0, 10.0]
+
+
+def test_a_fastest_round_of_zero_falls_back_to_the_first_quartile() -> None:
+    baseline = run(test_calibration=(100, 90), test_a=(10, 9))
+    baseline["benchmarks"][1]["stats"].update(min=0.0, q1=9.5e-6)
+    judgement = judge(baseline, run(test_calibration=(100, 90), test_a=(10, 9.5)), THRESHOLD)
+    row = next(r for r in judgement.rows if r.name == "test_a")
+    assert row.fastest == pytest.approx(1.0) and not judgement.failed
