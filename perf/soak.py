@@ -42,7 +42,7 @@ import httpx
 import psutil
 
 from perf.soak_report import Fault, Life, Report, build_report, lag_buckets
-from perf.soak_traffic import Result, Traffic, chat_plain, chat_stream, pick
+from perf.soak_traffic import PATIENCE_S, Result, Traffic, chat_plain, chat_stream, pick
 from tests.e2e.server import IDLE_OWNER, RunningServer, start_server, write_timeline
 
 LONG_PLAN = [
@@ -93,7 +93,8 @@ async def run_soak(slot: ServerSlot, config: SoakConfig) -> Report:
     slot.up.set()
     plan_done = asyncio.Event()
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=50)
-    async with httpx.AsyncClient(base_url=slot.server.base_url, limits=limits) as http:
+    client = httpx.AsyncClient(base_url=slot.server.base_url, limits=limits, timeout=PATIENCE_S)
+    async with client as http:
 
         def traffic() -> Traffic:
             return Traffic(str(http.base_url).rstrip("/"), config.max_tokens, rng)
