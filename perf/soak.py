@@ -55,8 +55,9 @@ LONG_PLAN = [
     (20.0, "reclaim 5"),
     (30.0, "end"),
 ]
-SHORT_PLAN = [(4.0, "burst 12"), (4.0, "reclaim 3"), (8.0, "end")]
+SHORT_PLAN = [(8.0, "burst 12"), (6.0, "reclaim 3"), (12.0, "end")]
 EXIT_WAIT_S = 30.0  # how long a server may take to exit after its engine core died
+BACKOFF_S = 1.0  # after a refusal (429, 503) or a connection error
 SETTLE_S = 10.0  # how long abandoned requests may take to leave the engine at the end
 
 
@@ -104,8 +105,10 @@ async def run_soak(slot: ServerSlot, config: SoakConfig) -> Report:
                 await slot.up.wait()
                 result = await pick(rng)(http, traffic())
                 results.append(result)
-                if result.outcome == "connection error":
-                    await asyncio.sleep(0.2)  # a server going down: do not spin
+                if result.outcome == "connection error" or result.status in (429, 503):
+                    # Back off as a client told to retry later would: a server that
+                    # refuses in microseconds must not crowd the mix out with refusals.
+                    await asyncio.sleep(BACKOFF_S)
 
         async def watch_health() -> None:
             while not plan_done.is_set():
