@@ -90,6 +90,7 @@ async def run_soak(slot: ServerSlot, config: SoakConfig) -> Report:
     health_latencies: list[float] = []
     started = time.monotonic()
     deadline = started + config.max_wall_s
+    log_offset = slot.server.log_path.stat().st_size
     slot.lives.append(await asyncio.to_thread(begin_life, slot.server))
     slot.up.set()
     plan_done = asyncio.Event()
@@ -157,7 +158,7 @@ async def run_soak(slot: ServerSlot, config: SoakConfig) -> Report:
         await asyncio.gather(run_plan(), watch_health(), *workers, *background)
         await asyncio.gather(*background)
     await asyncio.to_thread(end_life, slot.server, slot.lives[-1])
-    return build_report(
+    report = build_report(
         results,
         faults,
         slot.lives,
@@ -165,6 +166,16 @@ async def run_soak(slot: ServerSlot, config: SoakConfig) -> Report:
         time.monotonic() - started,
         config.fault_margin_s,
     )
+    report.server_logged_errors = count_logged_errors(slot.server.log_path, log_offset)
+    return report
+
+
+def count_logged_errors(log_path: Path, offset: int) -> int:
+    """Unhandled errors the server logged during the run (a client that has gone never
+    sees the 500 it was given, but the log does)."""
+    with log_path.open("rb") as log:
+        log.seek(offset)
+        return log.read().count(b"unhandled error")
 
 
 def begin_life(server: RunningServer) -> Life:

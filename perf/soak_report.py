@@ -88,6 +88,7 @@ class Report:
     health_latency_p99_s: float | None
     memory: list[dict[str, Any]]
     faults: list[dict[str, Any]]
+    server_logged_errors: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,6 +108,7 @@ class Report:
             f"unexplained failures (target 0): {len(self.unexplained_failures)}",
             *(f"  {failure}" for failure in self.unexplained_failures[:20]),
             f"bad inputs without a 4xx: {len(self.bad_inputs_without_4xx)}",
+            f"unhandled errors in the server's log: {self.server_logged_errors}",
             f"engine requests unfinished at the end (target 0): "
             f"{self.unfinished_engine_requests_at_end}",
             f"event-loop lag p99 (server histogram, bucket bound): {_s(self.event_loop_lag_p99_s)}"
