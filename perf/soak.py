@@ -9,7 +9,7 @@ abandon before the headers, after the first chunk, mid-stream, or mid-way throug
 non-streamed request) until the plan ends or `--max-requests` is reached. The plan is a
 list of steps, each after a delay from the end of the previous one:
 
-- `burst N`: N requests at once from one client;
+- `burst N`: N requests at once from one client (the next step waits for them);
 - `reclaim S`: the GPU's owner comes back for S seconds (the scripted probe's timeline);
 - `sigterm`: SIGTERM mid-load; the harness records the exit code and how long the
   drain took, then starts a new server;
@@ -137,8 +137,8 @@ async def run_soak(slot: ServerSlot, config: SoakConfig) -> Report:
                     if step == "end" or time.monotonic() >= deadline:
                         break
                     name, _, argument = step.partition(" ")
-                    if name == "burst":
-                        background.append(asyncio.create_task(burst(int(argument))))
+                    if name == "burst":  # the next step waits for the burst's answers
+                        await burst(int(argument))
                         continue
                     fault = Fault(step, time.monotonic())
                     faults.append(fault)
@@ -153,10 +153,8 @@ async def run_soak(slot: ServerSlot, config: SoakConfig) -> Report:
             finally:
                 plan_done.set()
 
-        background: list[asyncio.Task[None]] = []
         workers = [asyncio.create_task(worker()) for _ in range(config.concurrency)]
-        await asyncio.gather(run_plan(), watch_health(), *workers, *background)
-        await asyncio.gather(*background)
+        await asyncio.gather(run_plan(), watch_health(), *workers)
     await asyncio.to_thread(end_life, slot.server, slot.lives[-1])
     report = build_report(
         results,

@@ -20,13 +20,10 @@ async def test_short_soak_with_an_owner_reclaim(server: RunningServer) -> None:
     assert report.unfinished_engine_requests_at_end == 0
     assert [fault["name"] for fault in report.faults] == ["reclaim 3"]
     assert report.faults[0]["server_stopped_admitting"]
-    kinds = report.outcomes_by_kind
-    assert kinds["chat stream"].get("stream completed", 0) > 0
-    assert (
-        kinds["burst chat"].get("status 200", 0)
-        + kinds["burst chat stream"].get("stream completed", 0)
-        > 0
-    )
+    assert report.outcomes.get("stream completed", 0) > 0
+    assert report.outcomes.get("status 200", 0) > 0
+    # The burst's answers are outcomes (a 429 among them is reported, not assumed away).
+    assert sum(sum(k.values()) for kind, k in report.outcomes_by_kind.items() if "burst" in kind)
     assert report.outcomes.get("abandoned", 0) > 0
     assert report.event_loop_lag_p99_s is not None  # the server exports its loop lag
     assert report.memory[0]["growth_mib"] is not None
