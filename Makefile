@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model serve test lint format bench bench-save load clean
+.PHONY: install model serve test lint format bench bench-save load soak clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ bench-save: model
 LOAD_ARGS ?=
 load: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load --check $(LOAD_ARGS)
+
+# Fault and soak harness against a real server (about 10 minutes; see perf/RESULTS.md):
+# mixed traffic, bursts, abandoned clients, owner reclaims, an engine-core kill, SIGTERM.
+SOAK_ARGS ?=
+soak: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks

@@ -21,6 +21,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 
 from app.errors import exception_handlers
+from app.loop_lag import LoopLagMonitor
 from app.metrics import build_registry
 from app.routes.admin import admin_router
 from app.routes.chat import create_chat_completion
@@ -99,11 +100,14 @@ def create_app(
     settings = settings or Settings()
     engine = engine or build_engine(settings)
     admission = build_controller(settings, engine, probe)
+    registry = build_registry(engine)
+    loop_lag = LoopLagMonitor(registry)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(engine)) if not engine.is_ready() else None
         await admission.start()
+        lag_sampler = asyncio.create_task(loop_lag.run())
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -111,6 +115,7 @@ def create_app(
         finally:
             if starter is not None and not starter.done():
                 starter.cancel()
+            lag_sampler.cancel()
             await admission.close()
             await engine.shutdown()
 
@@ -119,7 +124,7 @@ def create_app(
         "admission": admission,
         "chat": ChatService(engine, admission, ImageLoader(ImageLimits.from_settings(settings))),
         "completions": CompletionService(engine, admission),
-        "registry": build_registry(engine),
+        "registry": registry,
     }
     return Litestar(
         route_handlers=[
