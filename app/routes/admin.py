@@ -56,15 +56,24 @@ class FailureBackoff:
         self._failures.pop(client, None)
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _header_bytes(text: str) -> bytes:
+    """The bytes a header value was sent as (ASGI servers decode headers as Latin-1),
+    so that a key with non-ASCII characters compares as its UTF-8 bytes."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
 
 class AdminKeyGuard:
     """Admits a request only with `Authorization: Bearer <admin key>`."""
 
     def __init__(self, admin_key: str | None, backoff: FailureBackoff | None = None) -> None:
-        self._digest = _digest(admin_key) if admin_key else None
+        self._digest = _digest(admin_key.encode()) if admin_key else None
         self.backoff = backoff or FailureBackoff()
 
     async def __call__(
@@ -78,7 +87,7 @@ class AdminKeyGuard:
         header = connection.headers.get("authorization", "")
         scheme, _sep, token = header.partition(" ")
         # Digests of equal length: the comparison takes the same time whatever was sent.
-        matches = hmac.compare_digest(_digest(token.strip()), self._digest)
+        matches = hmac.compare_digest(_digest(_header_bytes(token.strip())), self._digest)
         client = connection.client.host if connection.client else "unknown"
         if scheme.lower() != "bearer" or not matches:
             await asyncio.sleep(self.backoff.failed(client))

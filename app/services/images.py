@@ -32,8 +32,8 @@ import io
 import ipaddress
 import socket
 import ssl
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from typing import Any

@@ -15,6 +15,10 @@ import httpx
 import pytest
 
 STARTUP_TIMEOUT_S = 300
+# The shared server runs with an admin key (from the environment, as the README says to
+# give it) and one allowed web origin, for the cross-site tests.
+ADMIN_KEY = "e2e-admin-key"
+ALLOWED_ORIGIN = "http://app.example"
 
 
 def free_port() -> int:
@@ -50,8 +54,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         "2048",
         "--cpu-kvcache-space-gib",
         "1",
+        "--allowed-origins",
+        ALLOWED_ORIGIN,
     ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "LILAC_ADMIN_KEY": ADMIN_KEY}
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     base_url = f"http://127.0.0.1:{port}"
