@@ -220,8 +220,9 @@ def main() -> int:
             Path("perf/out/loop_stall_server.log"),
             env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
         )
-        server.wait_healthy(f"{base_url}/health")
     try:
+        if server is not None:
+            server.wait_healthy(f"{base_url}/health", timeout_s=900)
         rows = asyncio.run(run(base_url, args.rounds))
         report(rows)
     finally:
