@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 
@@ -135,15 +136,29 @@ def create_app(
             list_models,
             health,
             metrics,
-            admin_router(settings.admin_key),
+            admin_router(settings.resolved_admin_key()),
         ],
         dependencies={name: _provide(service) for name, service in services.items()},
         # Handlers are typed per exception class; Litestar's mapping type is wider.
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],
+        cors_config=cors_config(settings),
         # Kept for operators and tests that reach the app from outside a request.
         state=State({**services, "settings": settings}),
         openapi_config=None,
+    )
+
+
+def cors_config(settings: Settings) -> CORSConfig | None:
+    """Cross-origin access for the origins the operator lists; none by default, so a web
+    page cannot read the answers of a server on its visitor's machine."""
+    if not settings.allowed_origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(settings.allowed_origins),
+        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+        expose_headers=["X-Request-Id", "Retry-After"],
     )
 
 
@@ -190,4 +205,16 @@ def app_from_environment() -> Litestar:
     """Factory for granian's worker: settings travel as JSON in LILAC_SETTINGS_JSON."""
     raw = os.environ.get("LILAC_SETTINGS_JSON")
     settings = msgspec.json.decode(raw, type=Settings) if raw else Settings()
+    forget_secrets()
     return create_app(settings, handle_sigterm=True)
+
+
+# Environment variables that may carry a secret: the engine's processes, started from
+# this one, must not inherit them.
+SECRET_VARIABLES = ("LILAC_SETTINGS_JSON", "LILAC_ADMIN_KEY")
+
+
+def forget_secrets() -> None:
+    """Remove secrets from this process's environment once the settings are read."""
+    for name in SECRET_VARIABLES:
+        os.environ.pop(name, None)

@@ -22,6 +22,7 @@ from typing import Any
 from engine.checks import output_budget, require_image_input, require_ready
 from engine.errors import EngineFailure, EngineRequestError
 from engine.families import Family
+from engine.offload import off_loop
 from engine.protocol import (
     GenerateOutput,
     GenerateRequest,
@@ -202,7 +203,8 @@ class VLLMEngine:
         check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
         check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
         request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
-        prompt_ids = self._prompt_token_ids(request)
+        # Rendering and tokenizing take time in proportion to the prompt: off the loop.
+        prompt_ids = await off_loop(self._prompt_token_ids, request)
         prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
         if request.images:
             # vLLM's processor puts each image's tokens in place of its placeholder:
@@ -211,7 +213,8 @@ class VLLMEngine:
             prompt_ids = list(prompt["prompt_token_ids"])
         parsing.prompt_token_ids = prompt_ids
         max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
-        constraint = constraint_for(request, self._tool_parser, max_tokens)
+        # Checking and bounding schemas and building the grammar's spec: off the loop too.
+        constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
         if sampling.n > 1 and sampling.temperature == 0:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)

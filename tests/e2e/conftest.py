@@ -10,10 +10,19 @@ import pytest
 
 from tests.e2e.server import RunningServer, start_server
 
+# The shared server runs with an admin key (from the environment, as the README says to
+# give it) and one allowed web origin, for the cross-site tests.
+ADMIN_KEY = "e2e-admin-key"
+ALLOWED_ORIGIN = "http://app.example"
+
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("server"))
+    running = start_server(
+        tmp_path_factory.mktemp("server"),
+        extra_args=("--allowed-origins", ALLOWED_ORIGIN),
+        extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
+    )
     yield running
     # A clean stop on SIGTERM is part of the contract: exit 0, engine core gone with it.
     process = running.process

@@ -96,7 +96,12 @@ def write_timeline(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
-def start_server(workdir: Path, timeout_s: float = STARTUP_TIMEOUT_S) -> RunningServer:
+def start_server(
+    workdir: Path,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+    extra_args: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+) -> RunningServer:
     """`lilac-serve serve` with the default model, its log and timeline in `workdir`;
     returns once /health answers 200."""
     port = free_port()
@@ -120,8 +125,9 @@ def start_server(workdir: Path, timeout_s: float = STARTUP_TIMEOUT_S) -> Running
         "2",
         "--resume-after",
         "1",
+        *extra_args,
     ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **(extra_env or {})}
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = RunningServer(process, f"http://127.0.0.1:{port}", log_path, timeline)
