@@ -50,7 +50,6 @@ def server_argv(kind: str, args: argparse.Namespace, model_dir: str, port: int) 
             *("--cpu-kvcache-space-gib", str(args.kv_cache_gib), "--log-level", "warning"),
             # `vllm serve` has no admission limits: lift ours above the largest concurrency.
             *("--max-concurrent", "1024", "--max-queued", "1024"),
-            *("--max-queued-per-client", "1024"),
         ]
     return [
         *(sys.executable, "-m", "vllm.entrypoints.openai.api_server", *common),

@@ -37,10 +37,9 @@ class RunningServer:
         raise AssertionError("metric lilac_engine_unfinished_requests missing")
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def start_server(log_path: Path, *extra: str) -> RunningServer:
+    """`lilac-serve serve` on a free port with the small test engine, once it is healthy."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
     command = [
         str(Path(sys.executable).with_name("lilac-serve")),
         "serve",
@@ -50,6 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         "2048",
         "--cpu-kvcache-space-gib",
         "1",
+        *extra,
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     with log_path.open("wb") as log:
@@ -68,7 +68,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             process.kill()
             raise AssertionError(f"server not ready in time:\n{log_path.read_text()[-4000:]}")
         time.sleep(1)
-    running = RunningServer(process, base_url, log_path)
+    return RunningServer(process, base_url, log_path)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    running = start_server(log_path)
+    process = running.process
     yield running
     # A clean stop on SIGTERM is part of the contract: exit 0, engine core gone with it.
     assert process.poll() is None, "server died during the tests"
