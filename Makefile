@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model serve test lint format bench bench-save load clean
+.PHONY: install model serve test lint format bench bench-save load burst clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ bench-save: $(STAMP)
 LOAD_ARGS ?=
 load: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load $(LOAD_ARGS)
+
+# Burst absorption with default admission flags: 256 concurrent requests from one client,
+# then vLLM's benchmark client at concurrency 64 and 256 (see perf/burst.py).
+BURST_ARGS ?=
+burst: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.burst $(BURST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks
