@@ -182,7 +182,7 @@ def _drain_on_sigterm(admission: AdmissionController) -> None:
 # How often the server checks that the engine is alive, and how long requests in flight
 # get to send their error (a 500, or an SSE error event and [DONE]) before it exits.
 ENGINE_WATCH_INTERVAL_S = 0.5
-ENGINE_DEATH_LINGER_S = 1.0
+ENGINE_DEATH_LINGER_S = 2.0
 ENGINE_DEAD_EXIT_CODE = 4
 
 

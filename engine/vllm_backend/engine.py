@@ -135,7 +135,8 @@ class VLLMEngine:
         llm = self._llm
         if llm is None or not llm.errored:
             return None
-        if llm.engine_core.resources.engine_dead:
+        resources = getattr(llm.engine_core, "resources", None)  # the multiprocess client's
+        if resources is not None and resources.engine_dead:
             return "the engine core process died"
         return "the engine's output handler stopped"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
-STARTUP_TIMEOUT_S = 300
+STARTUP_TIMEOUT_S = 600  # an engine start takes minutes on a loaded CPU machine
 
 
 def free_port() -> int:
@@ -35,6 +37,18 @@ class RunningServer:
             if line.startswith("lilac_engine_unfinished_requests "):
                 return float(line.split()[1])
         raise AssertionError("metric lilac_engine_unfinished_requests missing")
+
+
+def kill_tree(pid: int) -> None:
+    """Kill a server and what it started (granian's worker, vLLM's engine core): killing
+    granian's main process alone leaves them running."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    for process in [*root.children(recursive=True), root]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 def start_server(log_path: Path, *extra: str) -> RunningServer:
@@ -65,7 +79,7 @@ def start_server(log_path: Path, *extra: str) -> RunningServer:
         except httpx.TransportError:
             pass
         if time.monotonic() > deadline:
-            process.kill()
+            kill_tree(process.pid)
             raise AssertionError(f"server not ready in time:\n{log_path.read_text()[-4000:]}")
         time.sleep(1)
     return RunningServer(process, base_url, log_path)
