@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model serve test lint format bench bench-save load soak clean
+.PHONY: install model serve test lint format bench bench-save load soak burst clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ load: model
 SOAK_ARGS ?=
 soak: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.soak $(SOAK_ARGS)
+
+# Burst absorption with default admission flags: 256 concurrent requests from one client,
+# then vLLM's benchmark client at concurrency 64 and 256 (see perf/burst.py).
+BURST_ARGS ?=
+burst: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.burst $(BURST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks

@@ -98,6 +98,17 @@ class TooManyRequests(APIError):
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 
 
+class ClientDisconnected(APIError):
+    """The client closed the connection before its response began; its work was ended.
+    No one reads this answer; 499 (nginx's "client closed request") marks it in logs."""
+
+    status_code = 499
+    error_type = "client_closed_request"
+
+    def __init__(self) -> None:
+        super().__init__("The client closed the connection.", code="client_disconnected")
+
+
 def invalid_request_from_decode_error(error: msgspec.DecodeError) -> InvalidRequest:
     """Turn msgspec's "Expected `int`, got `str` - at `$.max_tokens`" into a 400 naming it."""
     text = str(error)

@@ -191,13 +191,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     throttled_concurrent: Annotated[
         int, Flag("the same while the owner is lightly active", **_ADMISSION)
     ] = _POLICY.throttled_concurrent
-    max_queued: Annotated[int, Flag("requests waiting", **_ADMISSION)] = _POLICY.max_queued
-    max_queued_per_client: Annotated[int, Flag("one client's share of the queue", **_ADMISSION)] = (
-        _POLICY.max_queued_per_client
-    )
+    max_queued: Annotated[
+        int,
+        Flag("requests waiting in all (shared equally while several clients wait)", **_ADMISSION),
+    ] = _POLICY.max_queued
     queue_timeout: Annotated[float, Flag("seconds a request may wait", **_ADMISSION)] = (
         _POLICY.queue_timeout_s
     )
+    max_request_tokens: Annotated[
+        int,
+        Flag(
+            "output tokens one request may ask for: `n` x `max_tokens` over its prompts",
+            **_ADMISSION,
+        ),
+    ] = _POLICY.max_request_tokens
     kv_budget_tokens: Annotated[
         int,
         Flag(

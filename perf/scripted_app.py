@@ -22,7 +22,7 @@ TOKENS = ("Hello", ",", " world", "!", " The", " quick", " brown", " fox")
 
 
 # Admission limits out of the way: the ceiling measures the HTTP path, not the queue.
-SETTINGS = Settings(max_concurrent=4096, max_queued=4096, max_queued_per_client=4096)
+SETTINGS = Settings(max_concurrent=4096, max_queued=4096)
 
 
 def create() -> Litestar:

@@ -131,6 +131,15 @@ class VLLMEngine:
     def is_ready(self) -> bool:
         return self._llm is not None and not self._llm.errored
 
+    def failure(self) -> str | None:
+        llm = self._llm
+        if llm is None or not llm.errored:
+            return None
+        resources = getattr(llm.engine_core, "resources", None)  # the multiprocess client's
+        if resources is not None and resources.engine_dead:
+            return "the engine core process died"
+        return "the engine's output handler stopped"
+
     def unfinished_requests(self) -> int:
         if self._llm is None:
             return 0

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from engine.scripted import ScriptedEngine
+from tests.client import app_client
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -330,3 +331,55 @@ async def test_tokenize_refuses_deep_and_untyped_bodies(client: httpx.AsyncClien
         "/tokenize", content=b'{"prompt": "a"}', headers={"content-type": "text/plain"}
     )
     assert plain.status_code == 415
+
+
+# Work bounds: what one request may ask the engine for (2,048-token context here, so a
+# choice's default `max_tokens` is 512; `--max-request-tokens` 32,768).
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (CHAT, {"messages": MESSAGES, "n": 128, "max_tokens": 1000}, "n"),
+        (CHAT, {"messages": MESSAGES, "n": 128}, "n"),  # the default max_tokens counts
+        (COMPLETIONS, {"prompt": ["x"] * 64, "max_tokens": 1000}, "max_tokens"),
+        (CHAT, {"messages": MESSAGES, "n": 128, "max_tokens": 1000, "stream": True}, "n"),
+    ],
+)
+async def test_work_over_the_per_request_bound_is_refused(
+    client: httpx.AsyncClient,
+    scripted_engine: ScriptedEngine,
+    path: str,
+    body: dict,
+    param: str,
+) -> None:
+    response = await client.post(path, json={"model": "scripted", **body})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == (
+        "invalid_request_error",
+        param,
+        "request_too_large",
+    )
+    assert scripted_engine.requests == []
+
+
+async def test_a_request_that_could_never_fit_the_kv_budget_is_refused_at_once() -> None:
+    engine = ScriptedEngine(kv_cache_tokens=1000)
+    async with app_client(engine) as http:
+        body = {"model": "scripted", "messages": MESSAGES, "n": 4, "max_tokens": 300}
+        response = await http.post(CHAT, json=body)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert (error["param"], error["code"]) == ("max_tokens", "request_too_large")
+        assert engine.requests == []
+        fits = await http.post(CHAT, json={**body, "n": 2})
+        assert fits.status_code == 200, fits.text
+
+
+async def test_priority_below_zero_is_clamped_not_refused(
+    client: httpx.AsyncClient, scripted_engine: ScriptedEngine
+) -> None:
+    response = await client.post(
+        CHAT, json={"model": "scripted", "messages": MESSAGES, "priority": -1}
+    )
+    assert response.status_code == 200
+    assert scripted_engine.requests[-1].priority == 0
