@@ -94,29 +94,51 @@ def sample_at(segments: Sequence[Segment], offset_s: float) -> GpuSample:
 
 
 class ScriptedProbe:
-    """Owner activity from a timeline, on the injected clock, from the probe's creation."""
+    """Owner activity from a timeline, on the injected clock, from the probe's creation.
+    Read from a file, the timeline is read again whenever the file changes and played
+    from that moment: a test or a demo rewrites it to make the owner come and go."""
 
     blocking = False
 
     def __init__(
-        self, segments: Sequence[Segment], clock: Callable[[], float] = time.monotonic
+        self,
+        segments: Sequence[Segment],
+        clock: Callable[[], float] = time.monotonic,
+        path: Path | None = None,
     ) -> None:
         self.segments = list(segments)
         self._clock = clock
         self.started_at = clock()
+        self._path = path
+        self._stamp = _file_stamp(path) if path is not None else None
 
     @classmethod
     def from_file(
         cls, path: str | Path, clock: Callable[[], float] = time.monotonic
     ) -> ScriptedProbe:
-        return cls(parse_timeline(Path(path).read_text()), clock)
+        return cls(parse_timeline(Path(path).read_text()), clock, Path(path))
+
+    def _reload_if_changed(self, path: Path) -> None:
+        stamp = _file_stamp(path)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        self.segments = parse_timeline(path.read_text())  # a bad edit raises: "failed"
+        self.restart()
 
     def restart(self) -> None:
         """Play the timeline from its beginning again (tests align it with their load)."""
         self.started_at = self._clock()
 
     def sample(self) -> GpuSample:
+        if self._path is not None:
+            self._reload_if_changed(self._path)
         return sample_at(self.segments, self._clock() - self.started_at)
+
+
+def _file_stamp(path: Path) -> tuple[int, int]:
+    status = path.stat()
+    return status.st_mtime_ns, status.st_size
 
 
 # ---------------------------------------------------------------- NVML
