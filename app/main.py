@@ -148,7 +148,8 @@ def create_app(
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],
         # Kept for operators and tests that reach the app from outside a request.
-        state=State({**services, "settings": settings}),
+        # `metrics.keys.count(key_id, ...)` counts a keyed request (app.observability.metrics).
+        state=State({**services, "settings": settings, "metrics": server_metrics}),
         openapi_config=None,
         # Logging is app.observability.logs' (text or JSON, with request ids), not Litestar's.
         logging_config=None,

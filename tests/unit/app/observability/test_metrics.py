@@ -128,3 +128,12 @@ async def test_liveness_fails_once_the_engine_has_died() -> None:
         response = await http.get("/health/live")
     assert response.status_code == 503
     assert response.json()["error"]["type"]
+
+
+async def test_keyed_requests_are_counted_through_app_state() -> None:
+    async with app_client(ScriptedEngine()) as http:
+        http.app.state.metrics.keys.count("key_1", prompt_tokens=7, completion_tokens=3)
+        scraped = samples((await http.get("/metrics")).text)
+    assert scraped[("lilac_key_requests_total", (("key", "key_1"),))] == 1
+    assert scraped[("lilac_key_prompt_tokens_total", (("key", "key_1"),))] == 7
+    assert scraped[("lilac_key_completion_tokens_total", (("key", "key_1"),))] == 3
