@@ -341,12 +341,12 @@ def fleet(config: FleetConfig) -> Iterator[None]:
     try:
         replicas = [_start_replica(config, i) for i in (0, 1)]
         processes += [p for p, _ in replicas]
-        startup_s = 60 if config.scripted else 1800  # two engines loading on a busy box
+        startup_s = 300 if config.scripted else 1800  # imports and engines on a busy box
         for (process, log), port in zip(replicas, config.replica_ports, strict=True):
             _wait_for(f"http://127.0.0.1:{port}/health", startup_s, process, log)
         router, router_log = _start_router(config)
         processes.append(router)
-        _wait_for(f"http://127.0.0.1:{config.router_port}/health", 60, router, router_log)
+        _wait_for(f"http://127.0.0.1:{config.router_port}/health", 120, router, router_log)
         _wait_for_both_routed(config, router, router_log)
         yield
     finally:
