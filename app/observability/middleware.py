@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, cast
+
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from app.observability.context import (
     HEADER,
@@ -21,7 +23,6 @@ from app.observability.context import (
 )
 from app.observability.logs import access_line
 
-ASGIApp = Callable[..., Any]
 _HEADER_BYTES = HEADER.encode()
 # Polled by load balancers and Prometheus every few seconds: counted, not logged.
 QUIET_PATHS = frozenset({"/health", "/health/live", "/metrics"})
@@ -38,17 +39,17 @@ class RequestObserver:
         self._routes = frozenset(routes)
         self._observe_http = observe_http
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        request_id, supplied = accept_request_id(_header(scope, _HEADER_BYTES))
-        path = scope["path"]
-        record = RequestRecord(request_id, supplied, scope["method"], path)
+        http = cast(dict[str, Any], scope)
+        request_id, supplied = accept_request_id(_header(http, _HEADER_BYTES))
+        record = RequestRecord(request_id, supplied, http["method"], http["path"])
         id_header = (_HEADER_BYTES, request_id.encode())
         finished = False
 
-        async def send_observed(message: dict[str, Any]) -> None:
+        async def send_observed(message: Any) -> None:
             nonlocal finished
             kind = message["type"]
             if kind == "http.response.start":

@@ -53,7 +53,7 @@ def engine_args(config: EngineConfig) -> Any:
         tensor_parallel_size=config.tensor_parallel_size,
         pipeline_parallel_size=config.pipeline_parallel_size,
         data_parallel_size=config.data_parallel_size,
-        distributed_executor_backend=config.distributed_executor_backend,  # type: ignore[arg-type]  # "mp" or "ray", checked by the settings
+        distributed_executor_backend=config.distributed_executor_backend,
         otlp_traces_endpoint=config.otlp_traces_endpoint,
         gpu_memory_utilization=config.gpu_memory_utilization,
         seed=config.seed,
