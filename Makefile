@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model serve test lint format bench bench-save load soak burst clean
+.PHONY: install model serve test lint format bench bench-save load soak burst fleet-demo clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,12 @@ soak: model
 BURST_ARGS ?=
 burst: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.burst $(BURST_ARGS)
+
+# Two replicas on the default model behind sglang-router; one owner comes back mid-load
+# (minutes; prints the figures; see README, "Operating a fleet"). FLEET_ARGS adds options.
+FLEET_ARGS ?=
+fleet-demo: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.fleet $(FLEET_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks

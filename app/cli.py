@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -43,9 +42,9 @@ def serve(settings: Settings) -> int:
     from granian.constants import Interfaces, Loops
     from granian.log import LogLevels
 
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
-    )
+    from app.observability import logs
+
+    logs.configure(settings.log_format, settings.log_level)
     settings.resolved_admin_key()  # a missing or empty key file: said now, not later
     if settings.model is None and prepare_model() != 0:
         return 1

@@ -14,6 +14,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
+from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import EngineError, EngineRequestError, EngineUnavailable
@@ -194,7 +195,11 @@ def _http_exception_handler(_: Request, exc: HTTPException) -> Response[bytes]:
 
 
 def _any_exception_handler(_: Request, exc: Exception) -> Response[bytes]:
-    return error_response(to_api_error(exc))
+    error = to_api_error(exc)
+    record = context.current()
+    if record is not None:  # the access line's outcome
+        record.outcome = error.code or error.error_type
+    return error_response(error)
 
 
 exception_handlers = {

@@ -23,11 +23,13 @@ from litestar.di import Provide
 
 from app.errors import exception_handlers
 from app.loop_lag import LoopLagMonitor
-from app.metrics import build_registry
+from app.observability import context, logs
+from app.observability.metrics import ServerMetrics
+from app.observability.middleware import RequestObserver
 from app.routes.admin import admin_router
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
-from app.routes.health import health, metrics
+from app.routes.health import health, liveness, metrics
 from app.routes.models import list_models
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
@@ -64,6 +66,8 @@ def build_engine(settings: Settings) -> Engine:
             structural_tag_model(settings.tool_call_parser)
         except EngineRequestError as exc:
             raise SystemExit(f"--tool-call-parser: {exc.message}") from exc
+    if settings.distributed_executor_backend not in (None, "mp", "ray"):
+        raise SystemExit("--distributed-executor-backend: expected `mp` or `ray`")
     on_gpu = settings.on_gpu
     if not on_gpu:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
@@ -76,6 +80,10 @@ def build_engine(settings: Settings) -> Engine:
         max_model_len=settings.max_model_len,
         enforce_eager=(not on_gpu) if settings.enforce_eager is None else settings.enforce_eager,
         tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        data_parallel_size=settings.data_parallel_size,
+        distributed_executor_backend=settings.distributed_executor_backend,
+        otlp_traces_endpoint=settings.otlp_traces_endpoint,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         seed=settings.seed,
         chat_template=load_template_file(settings.chat_template)
@@ -104,8 +112,8 @@ def create_app(
     settings = settings or Settings()
     engine = engine or build_engine(settings)
     admission = build_controller(settings, engine, probe)
-    registry = build_registry(engine)
-    loop_lag = LoopLagMonitor(registry)
+    server_metrics = ServerMetrics(engine, admission)
+    loop_lag = LoopLagMonitor(server_metrics.registry)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -128,14 +136,15 @@ def create_app(
             await admission.close()
             await engine.shutdown()
 
+    admission.observers.append(_note_queue_wait)
     services = {
         "engine": engine,
         "admission": admission,
         "chat": ChatService(engine, admission, ImageLoader(ImageLimits.from_settings(settings))),
         "completions": CompletionService(engine, admission),
-        "registry": registry,
+        "registry": server_metrics.registry,
     }
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             create_chat_completion,
             create_completion,
@@ -143,6 +152,7 @@ def create_app(
             detokenize,
             list_models,
             health,
+            liveness,
             metrics,
             admin_router(settings.resolved_admin_key()),
         ],
@@ -152,9 +162,24 @@ def create_app(
         lifespan=[engine_lifespan],
         cors_config=cors_config(settings),
         # Kept for operators and tests that reach the app from outside a request.
-        state=State({**services, "settings": settings}),
+        # `metrics.keys.count(key_id, ...)` counts a keyed request (app.observability.metrics).
+        state=State({**services, "settings": settings, "metrics": server_metrics}),
         openapi_config=None,
+        # Logging is app.observability.logs' (text or JSON, with request ids), not Litestar's.
+        logging_config=None,
     )
+    # Outermost, around routing and the exception handlers: every response has an id.
+    app.asgi_handler = RequestObserver(
+        app.asgi_handler, [route.path for route in app.routes], server_metrics.observe_http
+    )
+    return app
+
+
+def _note_queue_wait(what: str, seconds: float) -> None:
+    """Admission's queue wait of the current request, for its access line."""
+    record = context.current()
+    if what == "queue_wait" and record is not None:
+        record.queue_s = seconds
 
 
 def cors_config(settings: Settings) -> CORSConfig | None:
@@ -258,10 +283,7 @@ def app_from_environment() -> Litestar:
     """Factory for granian's worker: settings travel as JSON in LILAC_SETTINGS_JSON."""
     raw = os.environ.get("LILAC_SETTINGS_JSON")
     settings = msgspec.json.decode(raw, type=Settings) if raw else Settings()
-    # granian's worker is a fresh process: the command's logging setup does not carry over.
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_format, settings.log_level)
     forget_secrets()
     return create_app(settings, handle_sigterm=True, exit_on_engine_death=True)
 

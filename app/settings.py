@@ -97,6 +97,14 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         Flag("skip torch.compile and CUDA graphs", default_doc="`true` on CPU, `false` on GPU"),
     ] = None
     tensor_parallel_size: Annotated[int, Flag("GPUs to shard the model over")] = 1
+    pipeline_parallel_size: Annotated[
+        int, Flag("pipeline stages: the model's layers split over GPUs or nodes")
+    ] = 1
+    data_parallel_size: Annotated[int, Flag("engine replicas inside this server")] = 1
+    distributed_executor_backend: Annotated[
+        str | None,
+        Flag("`mp` (one node) or `ray` (several nodes)", default_doc="vLLM's choice"),
+    ] = None
     gpu_memory_utilization: Annotated[float, Flag("fraction of GPU memory vLLM may take")] = 0.9
     cpu_kvcache_space_gib: Annotated[
         int, Flag("KV cache size on CPU (sets `VLLM_CPU_KVCACHE_SPACE`)")
@@ -124,6 +132,16 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     ] = None
     seed: Annotated[int, Flag("engine random seed")] = 0
     log_level: Annotated[str, Flag("`debug`, `info`, `warning`, `error`")] = "info"
+    log_format: Annotated[
+        str, Flag("`text` or `json` (one object a line); an access line per request either way")
+    ] = "text"
+    otlp_traces_endpoint: Annotated[
+        str | None,
+        Flag(
+            "OpenTelemetry collector for vLLM's request spans, e.g. `http://collector:4317`",
+            default_doc="none",
+        ),
+    ] = None
     # Image input (app.services.images).
     allowed_origins: Annotated[
         tuple[str, ...],

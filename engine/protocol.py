@@ -174,6 +174,10 @@ class ModelHost(Protocol):
     async def shutdown(self) -> None:
         """Stop generating and release the model."""
 
+    def is_alive(self) -> bool:
+        """False once the engine has failed for good (loading or paused count as alive)."""
+        ...
+
     def is_ready(self) -> bool:
         """The one readiness decision; `engine.checks.require_ready` enforces it."""
 

@@ -66,6 +66,9 @@ class ScriptedEngine:
     async def shutdown(self) -> None:
         self._ready = False
 
+    def is_alive(self) -> bool:
+        return True
+
     def is_ready(self) -> bool:
         return self._ready and self.failed is None
 

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from msgspec import UNSET
 
+from app.observability import context
 from app.schemas.chat import Usage
 from app.schemas.sampling import SamplingFields
 from app.services.admission import check_request_work, clamp_priority
@@ -61,6 +62,7 @@ class Generation(ABC, Generic[StateT]):
         self.chunk_usage = None if include_usage else UNSET
         self._prompt_tokens: dict[int, int] = {}
         self._completion_tokens = 0
+        self.first_output_at: float | None = None  # perf_counter time, for TTFT
 
     # ------------------------------------------------------------ the endpoint's shapes
 
@@ -100,6 +102,8 @@ class Generation(ABC, Generic[StateT]):
         return Usage(prompt, completion, prompt + completion)
 
     def accumulate(self, states: dict[int, StateT], position: int, output: GenerateOutput) -> None:
+        if self.first_output_at is None:
+            self.first_output_at = time.perf_counter()
         self._prompt_tokens[position] = output.prompt_tokens
         self.absorb_output(states, position, output)
         for delta in output.choices:
@@ -113,6 +117,8 @@ class Generation(ABC, Generic[StateT]):
     def frames(self, output: GenerateOutput, position: int = 0) -> list[bytes]:
         """SSE frames of one engine output: a chunk per delta that has something to say.
         The per-token path: keep it to one hook call per delta."""
+        if self.first_output_at is None:
+            self.first_output_at = time.perf_counter()
         self._prompt_tokens[position] = output.prompt_tokens
         frames = []
         for delta in output.choices:
@@ -177,14 +183,24 @@ class GenerationService(ABC, Generic[RequestT]):
     async def _start(
         self, request: RequestT, client: str | None
     ) -> tuple[Generation[Any], list[GenerateRequest]]:
+        record = context.current()
+        if record is not None:
+            record.model = request.model
         check_model(self._engine, request.model)
-        request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+        # The HTTP request's id (X-Request-Id) names the engine request and the response.
+        if record is not None:
+            request_id = record.engine_request_id(self.id_prefix)
+        else:
+            request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         generates = await self.engine_requests(request, request_id, client)
         policy = self._admission.policy
         check_request_work(generates, self._engine.model.max_model_len, policy.max_request_tokens)
         for generate in generates:
             generate.priority = clamp_priority(generate.priority)
-        return self.generation(request, request_id), generates
+        generation = self.generation(request, request_id)
+        if record is not None:
+            record.generation = generation
+        return generation, generates
 
     def _outputs(self, generates: list[GenerateRequest]) -> AsyncGenerator[Any, None]:
         """The one call into the engine. One request: its outputs as they come (no

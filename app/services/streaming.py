@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TypeVar
 
 from app.errors import to_api_error
+from app.observability import context
 from app.sse import DONE, error_frame
 
 T = TypeVar("T")
@@ -47,7 +48,11 @@ async def _frames(
                     yield _joined(data)
         tail = b"".join(closing())
     except Exception as exc:
-        tail = error_frame(to_api_error(exc).body())
+        error = to_api_error(exc)
+        record = context.current()
+        if record is not None:  # a 200 whose stream ended in an error event
+            record.outcome = error.code or error.error_type
+        tail = error_frame(error.body())
     finally:
         await outputs.aclose()
     yield tail + DONE

@@ -145,11 +145,13 @@ class ScriptedProbe:
         self.restart()
 
 
-def _file_version(path: Path) -> int | None:
+def _file_version(path: Path) -> tuple[int, int] | None:
+    """Modification time and size: a rewrite within one timestamp tick still shows."""
     try:
-        return path.stat().st_mtime_ns
+        status = path.stat()
     except OSError:
         return None
+    return status.st_mtime_ns, status.st_size
 
 
 # ---------------------------------------------------------------- NVML

@@ -19,6 +19,11 @@ class EngineConfig:
     max_model_len: int | None = None
     enforce_eager: bool = False
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1  # model layers split over GPUs (and nodes, with Ray)
+    data_parallel_size: int = 1  # engine replicas inside this one server
+    # vLLM's `--distributed-executor-backend`: "mp" (one node) or "ray"; None: vLLM picks.
+    distributed_executor_backend: str | None = None
+    otlp_traces_endpoint: str | None = None  # OpenTelemetry collector for request spans
     gpu_memory_utilization: float = 0.9
     seed: int = 0
     chat_template: str | None = None  # template text overriding the family's and tokenizer's
@@ -48,8 +53,14 @@ def engine_args(config: EngineConfig) -> Any:
         max_model_len=config.max_model_len,  # type: ignore[arg-type]  # None: the model's own
         enforce_eager=config.enforce_eager,
         tensor_parallel_size=config.tensor_parallel_size,
+        pipeline_parallel_size=config.pipeline_parallel_size,
+        data_parallel_size=config.data_parallel_size,
+        distributed_executor_backend=config.distributed_executor_backend,
+        otlp_traces_endpoint=config.otlp_traces_endpoint,
         gpu_memory_utilization=config.gpu_memory_utilization,
         seed=config.seed,
+        # No periodic throughput log lines; the Prometheus series come from the stat
+        # logger `build_async_llm` installs.
         disable_log_stats=True,
         enable_sleep_mode=config.enable_sleep_mode,
         # xgrammar, and no free whitespace inside JSON: where small models loop.
@@ -98,10 +109,16 @@ def check_family_markers(config: EngineConfig) -> None:
 
 
 def build_async_llm(config: EngineConfig) -> Any:
+    """The engine, with vLLM's own Prometheus stat logger: the `vllm:` series `vllm serve`
+    exports (same names, labels and buckets), in prometheus_client's default registry,
+    which /metrics serves beside lilac-serve's own."""
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
 
     check_family_markers(config)
     return AsyncLLM.from_engine_args(
-        engine_args(config), usage_context=UsageContext.OPENAI_API_SERVER
+        engine_args(config),
+        usage_context=UsageContext.OPENAI_API_SERVER,
+        stat_loggers=[PrometheusStatLogger],
     )

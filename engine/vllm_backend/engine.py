@@ -128,6 +128,9 @@ class VLLMEngine:
                 llm.output_handler.cancel()
             await asyncio.to_thread(llm.shutdown)
 
+    def is_alive(self) -> bool:
+        return self._llm is None or not self._llm.errored
+
     def is_ready(self) -> bool:
         return self._llm is not None and not self._llm.errored
 

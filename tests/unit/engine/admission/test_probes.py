@@ -184,3 +184,18 @@ def test_make_probe(tmp_path: Path) -> None:
     assert make_probe(f"scripted:{tmp_path / 't'}").sample().foreign_util_pct == 50
     with pytest.raises(ValueError, match="unknown GPU probe"):
         make_probe("amd")
+
+
+def test_a_rewritten_timeline_file_plays_from_the_moment_it_changed(tmp_path: Path) -> None:
+    path = tmp_path / "owner.timeline"
+    path.write_text("0 0\n")
+    clock = [100.0]
+    scripted = ScriptedProbe.from_file(path, clock=lambda: clock[0])
+    assert scripted.sample().foreign_util_pct == 0
+    clock[0] = 200.0
+    path.write_text("0 90 8000\n3 0  # the owner works for 3 s from now\n")
+    assert scripted.sample() == GpuSample(90.0, 8000.0, 1)
+    clock[0] = 202.9
+    assert scripted.sample().foreign_util_pct == 90
+    clock[0] = 203.0
+    assert scripted.sample().foreign_util_pct == 0
