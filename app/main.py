@@ -23,6 +23,7 @@ from litestar.di import Provide
 from app.errors import exception_handlers
 from app.metrics import build_registry
 from app.routes.admin import admin_router
+from app.routes.admin_keys import admin_keys_router
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.health import health, metrics
@@ -33,6 +34,8 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.settings import Settings
+from app.tenancy.middleware import AuthMiddleware
+from app.tenancy.service import Tenancy
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
@@ -92,6 +95,7 @@ def create_app(
     *,
     probe: Probe | None = None,
     handle_sigterm: bool = False,
+    tenancy: Tenancy | None = None,
 ) -> Litestar:
     """Build the app. Without `engine`, one is built from `settings` and started in the
     background, so that /health answers 503 while the model loads. `probe` overrides the
@@ -99,11 +103,13 @@ def create_app(
     settings = settings or Settings()
     engine = engine or build_engine(settings)
     admission = build_controller(settings, engine, probe)
+    tenancy = tenancy or Tenancy.from_settings(settings)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(engine)) if not engine.is_ready() else None
         await admission.start()
+        await tenancy.start()
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -112,6 +118,7 @@ def create_app(
             if starter is not None and not starter.done():
                 starter.cancel()
             await admission.close()
+            await tenancy.close()  # usage still queued is written (SIGTERM flushes)
             await engine.shutdown()
 
     services = {
@@ -131,13 +138,15 @@ def create_app(
             health,
             metrics,
             admin_router(settings.admin_key),
+            admin_keys_router(settings.admin_key),
         ],
+        middleware=[lambda app: AuthMiddleware(app, tenancy)],
         dependencies={name: _provide(service) for name, service in services.items()},
         # Handlers are typed per exception class; Litestar's mapping type is wider.
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],
         # Kept for operators and tests that reach the app from outside a request.
-        state=State({**services, "settings": settings}),
+        state=State({**services, "settings": settings, "tenancy": tenancy}),
         openapi_config=None,
     )
 

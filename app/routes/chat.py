@@ -12,5 +12,6 @@ from app.schemas.chat import chat_request_decoder
 
 @post("/v1/chat/completions", status_code=200)
 async def create_chat_completion(request: Request, chat: ChatDep) -> Response[bytes] | Stream:
-    body = chat_request_decoder.decode(await request.body())
-    return await respond(request, chat, body)
+    raw = await request.body()
+    body = chat_request_decoder.decode(raw)
+    return await respond(request, chat, body, len(raw))

@@ -14,5 +14,6 @@ from app.schemas.completions import completion_request_decoder
 async def create_completion(
     request: Request, completions: CompletionsDep
 ) -> Response[bytes] | Stream:
-    body = completion_request_decoder.decode(await request.body())
-    return await respond(request, completions, body)
+    raw = await request.body()
+    body = completion_request_decoder.decode(raw)
+    return await respond(request, completions, body, len(raw))

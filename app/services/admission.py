@@ -55,9 +55,18 @@ def build_controller(
     return AdmissionController(policy_from(settings), probe or probe_from(settings), engine)
 
 
-def client_key(request: Request, user: str | None) -> str:
-    """Whom fairness counts a request against: its API key (hashed: the key itself is
-    never kept), else the `user` field, else the peer address."""
+def clamp_priority(requested: int, floor: int) -> int:
+    """A request's admission priority (lower: sooner), no better than `floor`: the
+    key's tier, or 0 without keys."""
+    return max(requested, floor)
+
+
+def client_key(request: Request, user: str | None, key_id: str | None = None) -> str:
+    """Whom fairness counts a request against: the authenticated key's id when there
+    is one (nothing the client can vary), else its bearer token (hashed: the token
+    itself is never kept), else the `user` field, else the peer address."""
+    if key_id is not None:
+        return "key:" + key_id
     authorization = request.headers.get("authorization", "")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() == "bearer" and token.strip():

@@ -171,9 +171,13 @@ async def test_admin_routes_are_forbidden_without_a_configured_key() -> None:
 
 
 async def test_priority_field_is_accepted_and_reaches_the_engine(harness: Harness) -> None:
+    response = await harness.http.post(URL, json=chat(priority=5))
+    assert response.status_code == 200
+    assert harness.engine.requests[-1].priority == 5
+    # Without keys no request may jump ahead of the default tier (0).
     response = await harness.http.post(URL, json=chat(priority=-5))
     assert response.status_code == 200
-    assert harness.engine.requests[-1].priority == -5
+    assert harness.engine.requests[-1].priority == 0
     bad = await harness.http.post(URL, json=chat(priority="high"))
     assert bad.status_code == 400
     assert bad.json()["error"]["param"] == "priority"
