@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 
 def find_bindir() -> str | None:
@@ -44,7 +45,7 @@ class TempPostgres:
         )
         if result.returncode:
             log = os.path.join(self.base, "log")
-            tail = open(log).read()[-2000:] if os.path.exists(log) else ""
+            tail = Path(log).read_text()[-2000:] if os.path.exists(log) else ""
             raise RuntimeError(f"{args[0]} failed ({result.returncode}): {result.stderr}\n{tail}")
 
     def stop(self) -> None:

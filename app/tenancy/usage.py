@@ -76,21 +76,23 @@ class UsageWriter:
         self.spooled = 0
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        if self._task is None:
+            self._closing = False
+            self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def write(self, record: UsageRecord) -> None:
         """Returns when the record is committed (or spooled to disk)."""
         future = asyncio.get_running_loop().create_future()
         self._pending.append((record, future))
         self._wake.set()
-        if self._task is None:  # not started (a tool, a test): write it now
-            await self._flush()
+        self.start()  # started by the app's lifespan; else (a tool, a test) on first use
         await asyncio.shield(future)
 
     def submit(self, record: UsageRecord) -> None:
         """Queue a record without waiting (a cancelled request: nobody waits for it)."""
         self._pending.append((record, None))
         self._wake.set()
+        self.start()
 
     async def close(self) -> None:
         """Write everything queued (SIGTERM, shutdown); then stop."""
@@ -99,6 +101,7 @@ class UsageWriter:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
         await self._flush()
 
     async def _run(self) -> None:
