@@ -126,7 +126,9 @@ class RequestMeter:
     def record(self, outcome: str) -> UsageRecord:
         prompt = cached = completion = reasoning = 0
         ttft_ms = None
+        request_id = self.request_id  # the response's `id` once there is a generation
         if self.generation is not None:
+            request_id = self.generation.id
             usage = self.generation.usage()
             prompt, completion = usage.prompt_tokens, usage.completion_tokens
             cached = usage.prompt_tokens_details.cached_tokens
@@ -134,7 +136,7 @@ class RequestMeter:
             first = self.generation.first_output_at
             ttft_ms = (first - self.started) * 1000 if first is not None else None
         return UsageRecord(
-            request_id=self.request_id,
+            request_id=request_id,
             key_id=self.key.id,
             model=self.model,
             endpoint=self.endpoint,

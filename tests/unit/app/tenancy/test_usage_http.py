@@ -53,6 +53,7 @@ async def test_a_request_is_metered_with_what_the_client_saw(
         stream_usage = stream_events(streamed)[-1]["usage"]
         rows = await usage_rows(database)
     assert [r.outcome for r in rows] == ["completed", "completed"]
+    assert rows[0].request_id == response.json()["id"]
     for row, seen, n in ((rows[0], body_usage, 2), (rows[1], stream_usage, 1)):
         assert row.key_id == key_id and row.model == "scripted" and row.n == n
         assert row.endpoint == URL
