@@ -1,4 +1,4 @@
-"""The `lilac-serve` command: `serve` (the default) and `prepare-model`."""
+"""The `lilac-serve` command: `serve` (the default), `prepare-model`, `keys` and `usage`."""
 
 from __future__ import annotations
 
@@ -18,11 +18,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command")
     build_parser(commands.add_parser("serve", help="serve a model over HTTP (default)"))
     commands.add_parser("prepare-model", help="download and convert the default model")
+    from app.tenancy.cli import add_commands
+
+    add_commands(commands)
     if not argv or argv[0].startswith("-"):
         argv.insert(0, "serve")
     args = parser.parse_args(argv)
     if args.command == "prepare-model":
         return prepare_model()
+    if args.command in ("keys", "usage"):
+        from app.tenancy.cli import run
+
+        return run(args)
     return serve(settings_from(args))
 
 
@@ -46,6 +53,12 @@ def serve(settings: Settings) -> int:
 
     logs.configure(settings.log_format, settings.log_level)
     settings.resolved_admin_key()  # a missing or empty key file: said now, not later
+    from app.tenancy.cli import check_serve
+
+    problem = check_serve(settings)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if settings.model is None and prepare_model() != 0:
         return 1
     # The worker reads its settings from here and removes them (and the admin key) from

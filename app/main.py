@@ -27,6 +27,7 @@ from app.observability import context, logs
 from app.observability.metrics import ServerMetrics
 from app.observability.middleware import RequestObserver
 from app.routes.admin import admin_router
+from app.routes.admin_keys import admin_keys_router
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.health import health, liveness, metrics
@@ -37,6 +38,8 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.settings import Settings
+from app.tenancy.middleware import AuthMiddleware
+from app.tenancy.service import Tenancy
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
@@ -103,6 +106,7 @@ def create_app(
     probe: Probe | None = None,
     handle_sigterm: bool = False,
     exit_on_engine_death: bool = False,
+    tenancy: Tenancy | None = None,
 ) -> Litestar:
     """Build the app. Without `engine`, one is built from `settings` and started in the
     background, so that /health answers 503 while the model loads. `probe` overrides the
@@ -114,6 +118,7 @@ def create_app(
     admission = build_controller(settings, engine, probe)
     server_metrics = ServerMetrics(engine, admission)
     loop_lag = LoopLagMonitor(server_metrics.registry)
+    tenancy = tenancy or Tenancy.from_settings(settings)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -123,6 +128,7 @@ def create_app(
         )
         await admission.start()
         lag_sampler = asyncio.create_task(loop_lag.run())
+        await tenancy.start()
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -134,6 +140,7 @@ def create_app(
             if watcher is not None:
                 watcher.cancel()
             await admission.close()
+            await tenancy.close()  # usage still queued is written (SIGTERM flushes)
             await engine.shutdown()
 
     admission.observers.append(_note_queue_wait)
@@ -155,7 +162,9 @@ def create_app(
             liveness,
             metrics,
             admin_router(settings.resolved_admin_key()),
+            admin_keys_router(settings.resolved_admin_key()),
         ],
+        middleware=[lambda app: AuthMiddleware(app, tenancy)],
         dependencies={name: _provide(service) for name, service in services.items()},
         # Handlers are typed per exception class; Litestar's mapping type is wider.
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
@@ -163,7 +172,9 @@ def create_app(
         cors_config=cors_config(settings),
         # Kept for operators and tests that reach the app from outside a request.
         # `metrics.keys.count(key_id, ...)` counts a keyed request (app.observability.metrics).
-        state=State({**services, "settings": settings, "metrics": server_metrics}),
+        state=State(
+            {**services, "settings": settings, "metrics": server_metrics, "tenancy": tenancy}
+        ),
         openapi_config=None,
         # Logging is app.observability.logs' (text or JSON, with request ids), not Litestar's.
         logging_config=None,

@@ -30,7 +30,7 @@ import msgspec
 from engine.admission.policy import Policy
 
 ENV_PREFIX = "LILAC_"
-SECTIONS = {"server": "server", "admission": "admission controller"}
+SECTIONS = {"server": "server", "admission": "admission controller", "tenants": "tenants"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,7 @@ class Flag:
     help: str  # one line, Markdown: the README's "meaning" column and `--help`
     section: str = "server"  # the README table the flag is listed in: a key of SECTIONS
     toml: bool = False  # also settable in the [admission] table of --config
+    repeatable: bool = False  # may be given more than once on the command line
     # The default as documented, where the value alone does not say it (a None default).
     default_doc: str | None = None
     default_note: str | None = None  # said after the value, e.g. "20 MiB"
@@ -254,6 +255,40 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             **_ADMISSION,
         ),
     ] = None
+    # Tenants: API keys, limits and usage (app.tenancy).
+    auth: Annotated[
+        str | None,
+        Flag(
+            "`none`, `static` (the `--api-key`s) or `keys` (the keys database)",
+            section="tenants",
+            default_doc="`none` on a loopback address; `static` with `--api-key`",
+        ),
+    ] = None
+    api_key: Annotated[
+        tuple[str, ...],
+        Flag(
+            "a key of `--auth static`; repeatable, or comma-separated",
+            section="tenants",
+            default_doc="none",
+            parse=_names,
+            repeatable=True,
+        ),
+    ] = ()
+    api_key_file: Annotated[
+        str | None,
+        Flag("a file of `--auth static` keys, one a line", section="tenants", default_doc="none"),
+    ] = None
+    database_url: Annotated[
+        str | None,
+        Flag(
+            "keys and usage database: `sqlite:///PATH` or `postgresql://...`",
+            section="tenants",
+            default_doc="`sqlite:///` `lilac.db` in `--data-dir`",
+        ),
+    ] = None
+    data_dir: Annotated[
+        str, Flag("where the server keeps its SQLite database and usage spool", section="tenants")
+    ] = "~/.local/share/lilac-serve"
     config: Annotated[
         str | None,
         Flag(
@@ -297,6 +332,7 @@ class Option:
     toml_key: str | None  # `some_flag` in the [admission] table, or None
     parse: Callable[[str], object]
     is_bool: bool  # a boolean flag given alone means true
+    repeatable: bool
     default: object
     default_doc: str  # the default as the README and --help say it
     help: str
@@ -346,6 +382,7 @@ def _options() -> tuple[Option, ...]:
                 toml_key=field if flag.toml else None,
                 parse=parse,
                 is_bool=parse is _bool,
+                repeatable=flag.repeatable,
                 default=default,
                 default_doc=default_doc,
                 help=flag.help,
@@ -376,6 +413,8 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help_text = f"{option.help} (default: {default}) [{option.env}]".replace("`", "")
         # A boolean flag alone means true: `--allow-private-image-urls`.
         extra: dict[str, Any] = {"nargs": "?", "const": True} if option.is_bool else {}
+        if option.repeatable:  # each value (a tuple) extends the list
+            extra = {"action": "extend"}
         groups[option.section].add_argument(
             option.flag,
             type=option.parse,

@@ -118,6 +118,7 @@ class ChoiceDelta:
     logprobs: list[TokenLogprob] | None = None  # one per new token, when asked for
     tool_calls: list[ToolCallDelta] | None = None
     reasoning: str = ""  # chain of thought, split from the output by the family's parser
+    reasoning_token_count: int = 0  # of `token_count`, the tokens of chain of thought
 
 
 @dataclass(slots=True)
@@ -129,6 +130,7 @@ class GenerateOutput:
     # With `prompt_logprobs`, on the first output only: one entry per prompt token
     # (None for the first, which has nothing to be predicted from).
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    cached_tokens: int = 0  # of `prompt_tokens`, those served from the prefix cache
 
 
 @dataclass(frozen=True, slots=True)

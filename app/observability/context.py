@@ -28,7 +28,7 @@ class RequestRecord:
     client_supplied: bool  # the id came in X-Request-Id (it may repeat: make engine ids unique)
     method: str
     path: str
-    started: float = field(default_factory=time.perf_counter)
+    started: float = field(default_factory=time.monotonic)
     status: int = 0
     outcome: str | None = None  # an error code when the request failed (also inside a stream)
     model: str | None = None

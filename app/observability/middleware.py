@@ -73,7 +73,7 @@ class RequestObserver:
             close_record(token)
 
     def _finish(self, record: RequestRecord) -> None:
-        duration = time.perf_counter() - record.started
+        duration = time.monotonic() - record.started
         route = record.path if record.path in self._routes else "other"
         self._observe_http(route, record.method, record.status, duration)
         if record.path not in QUIET_PATHS:

@@ -14,4 +14,4 @@ from app.schemas.chat import chat_request_decoder
 @post("/v1/chat/completions", status_code=200)
 async def create_chat_completion(request: Request, chat: ChatDep) -> Response[bytes] | Stream:
     body = await read_json(request, chat_request_decoder)
-    return await respond(request, chat, body)
+    return await respond(request, chat, body, len(await request.body()))

@@ -16,4 +16,4 @@ async def create_completion(
     request: Request, completions: CompletionsDep
 ) -> Response[bytes] | Stream:
     body = await read_json(request, completion_request_decoder)
-    return await respond(request, completions, body)
+    return await respond(request, completions, body, len(await request.body()))

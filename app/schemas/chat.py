@@ -89,10 +89,22 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 # ---------------------------------------------------------------- response
 
 
+class PromptTokensDetails(Struct):
+    cached_tokens: int = 0  # served from the prefix cache
+
+
+class CompletionTokensDetails(Struct):
+    reasoning_tokens: int = 0  # chain of thought, counted in completion_tokens too
+
+
 class Usage(Struct):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = msgspec.field(default_factory=PromptTokensDetails)
+    completion_tokens_details: CompletionTokensDetails = msgspec.field(
+        default_factory=CompletionTokensDetails
+    )
 
 
 class TopLogprob(Struct):

@@ -311,6 +311,7 @@ class VLLMEngine:
                     prompt_tokens=prompt_tokens,
                     choices=choices,
                     prompt_logprobs=prompt_logprobs,
+                    cached_tokens=output.num_cached_tokens or 0,
                 )
         except ValueError as exc:  # vLLM's input validation
             raise EngineRequestError(str(exc)) from exc

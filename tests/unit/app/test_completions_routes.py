@@ -14,7 +14,13 @@ async def test_completion_shape_and_default_length(client: httpx.AsyncClient) ->
     assert body["choices"] == [
         {"index": 0, "text": "Hello, world!", "logprobs": None, "finish_reason": "stop"}
     ]
-    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
+    assert body["usage"] == {
+        "prompt_tokens": 2,
+        "completion_tokens": 4,
+        "total_tokens": 6,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
 
 
 async def test_prompt_list_times_n_orders_choices(client: httpx.AsyncClient) -> None:
