@@ -112,6 +112,8 @@ class ScriptedEngine:
         """One token per word of the prompt: enough to exercise length limits."""
         if request.messages is not None:
             return sum(len(str(m.get("content", "")).split()) + 3 for m in request.messages)
+        if request.prompt_token_ids is not None:
+            return len(request.prompt_token_ids)
         return len((request.prompt or "").split())
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
@@ -150,6 +152,7 @@ class ScriptedEngine:
                         for i in range(request.sampling.n)
                     ],
                     prompt_logprobs=_prompt_logprobs(request, position),
+                    prompt_token_texts=_prompt_texts(request, position),
                 )
         finally:
             self.running.discard(request.request_id)
@@ -170,5 +173,18 @@ def _logprobs(token: str, top_k: int | None) -> list[TokenLogprob] | None:
 def _prompt_logprobs(request: GenerateRequest, position: int) -> list[TokenLogprob | None] | None:
     if position != 0 or request.sampling.prompt_logprobs is None:
         return None
-    words = (request.prompt or "").split()
+    words = _prompt_words(request)
     return [None] + [TokenLogprob(token=" " + w, logprob=-2.0, top=[]) for w in words[1:]]
+
+
+def _prompt_words(request: GenerateRequest) -> list[str]:
+    if request.prompt_token_ids is not None:
+        return ["x" * token_id for token_id in request.prompt_token_ids]
+    return (request.prompt or "").split()
+
+
+def _prompt_texts(request: GenerateRequest, position: int) -> list[str] | None:
+    if position != 0 or request.sampling.prompt_logprobs is None:
+        return None
+    words = _prompt_words(request)
+    return words[:1] + [" " + w for w in words[1:]]
