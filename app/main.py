@@ -22,6 +22,7 @@ from litestar.di import Provide
 
 from app.errors import exception_handlers
 from app.metrics import build_registry
+from app.openapi import openapi_json
 from app.routes.admin import admin_router
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
@@ -130,6 +131,7 @@ def create_app(
             list_models,
             health,
             metrics,
+            openapi_json,
             admin_router(settings.admin_key),
         ],
         dependencies={name: _provide(service) for name, service in services.items()},

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from engine.checks import output_budget, require_image_input, require_ready
+from engine.errors import EngineRequestError
 from engine.protocol import (
     ChoiceDelta,
     FinishReason,
@@ -36,6 +37,7 @@ class ScriptedEngine:
         ready: bool = True,
         kv_cache_tokens: int = 0,
         supports_vision: bool = False,
+        vocab_size: int = 1024,
     ) -> None:
         self.tokens = list(tokens)
         self.token_delay_s = token_delay_s
@@ -44,6 +46,7 @@ class ScriptedEngine:
             max_model_len,
             int(time.time()),
             "scripted",
+            vocab_size=vocab_size,
             kv_cache_tokens=kv_cache_tokens,
             supports_vision=supports_vision,
         )
@@ -88,6 +91,11 @@ class ScriptedEngine:
         return [len(word) for word in (prompt or "").split()]
 
     def detokenize(self, token_ids: list[int]) -> str:
+        for token_id in token_ids:
+            if not 0 <= token_id < self._model.vocab_size:
+                raise EngineRequestError(
+                    f"Token id {token_id} is outside the model's vocabulary.", param="tokens"
+                )
         return " ".join("x" * token_id for token_id in token_ids)
 
     async def pause(self) -> None:

@@ -98,8 +98,7 @@ def check_token_prompts(prompts: list[Prompt], vocab_size: int) -> None:
             if token_id >= vocab_size:
                 where = "prompt" if len(prompts) == 1 else f"prompt[{position}]"
                 raise InvalidRequest(
-                    f"Token id {token_id} is outside the model's vocabulary "
-                    f"(0..{vocab_size - 1}).",
+                    f"Token id {token_id} is outside the model's vocabulary (0..{vocab_size - 1}).",
                     param=where,
                 )
 

@@ -83,8 +83,10 @@ def _tag(value: dict[str, Any] | str) -> str:
 def _from_spec(spec: StructuredOutputsSpec) -> StructuredOutput:
     base = "structured_outputs"
     if spec.disable_additional_properties or spec.whitespace_pattern is not None:
-        name = "disable_additional_properties" if spec.disable_additional_properties else (
-            "whitespace_pattern"
+        name = (
+            "disable_additional_properties"
+            if spec.disable_additional_properties
+            else ("whitespace_pattern")
         )
         raise InvalidRequest(f"`{base}.{name}` is not supported.", param=f"{base}.{name}")
     given = [
@@ -108,9 +110,7 @@ def _from_spec(spec: StructuredOutputsSpec) -> StructuredOutput:
         return StructuredOutput(param=param)
     if spec.structural_tag is not None:
         return StructuredOutput(structural_tag=_tag(spec.structural_tag), param=param)
-    return StructuredOutput(
-        choice=spec.choice, regex=spec.regex, grammar=spec.grammar, param=param
-    )
+    return StructuredOutput(choice=spec.choice, regex=spec.regex, grammar=spec.grammar, param=param)
 
 
 def _from_guided(request: StructuredOutputFields) -> list[StructuredOutput]:

@@ -59,7 +59,9 @@ def constraint_for(
     schema = constraint.schema
     if schema is not None:
         in_format = constraint.param == "response_format"
-        check_schema(schema, "response_format.json_schema.schema" if in_format else constraint.param)
+        check_schema(
+            schema, "response_format.json_schema.schema" if in_format else constraint.param
+        )
     return json_schema_constraint(schema, budget_tokens)
 
 

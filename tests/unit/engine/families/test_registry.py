@@ -91,8 +91,14 @@ def test_reasoning_effort_is_ignored_by_families_without_it() -> None:
 
 @pytest.mark.parametrize(
     ("effort", "expected"),
-    [("minimal", "high"), ("low", "high"), ("medium", "high"), ("high", "high"),
-     ("xhigh", "max"), ("max", "max")],
+    [
+        ("minimal", "high"),
+        ("low", "high"),
+        ("medium", "high"),
+        ("high", "high"),
+        ("xhigh", "max"),
+        ("max", "max"),
+    ],
 )
 def test_openai_efforts_map_to_glm_levels(effort: str, expected: str) -> None:
     _, settings = families.resolve(families.get("glm45"), {}, {"reasoning_effort": effort})
