@@ -74,8 +74,10 @@ def other_constraint(constraint: StructuredOutput) -> Any:
     if constraint.choice is not None:
         return StructuredOutputsParams(choice=list(constraint.choice))
     if constraint.regex is not None:
+        _parses(constraint, "from_regex", constraint.regex)
         return StructuredOutputsParams(regex=constraint.regex)
     if constraint.grammar is not None:
+        _parses(constraint, "from_ebnf", constraint.grammar)
         return StructuredOutputsParams(grammar=constraint.grammar)
     if constraint.structural_tag is not None:
         from vllm.entrypoints.generate.base.protocol import (
@@ -85,9 +87,22 @@ def other_constraint(constraint: StructuredOutput) -> Any:
         params = StructuredOutputsParams(structural_tag=constraint.structural_tag)
         try:
             validate_structured_outputs_structural_tag(params)
-        except ValueError as exc:
+        except Exception as exc:  # vLLM's and pydantic's errors alike: a bad tag
             raise EngineRequestError(
                 f"Invalid structural tag: {exc}", param=constraint.param
             ) from exc
         return params
     return None
+
+
+def _parses(constraint: StructuredOutput, parser: str, source: str) -> None:
+    """Parse a regex or grammar with xgrammar before it reaches the engine core, where a
+    parse failure would fail the request as an engine error."""
+    import xgrammar
+
+    try:
+        getattr(xgrammar.Grammar, parser)(source)
+    except Exception as exc:  # xgrammar raises RuntimeError (or ValueError) on bad input
+        raise EngineRequestError(
+            f"`{constraint.param}` is not valid: {exc}", param=constraint.param
+        ) from exc

@@ -64,7 +64,7 @@ async def test_grammar(real_client: httpx.AsyncClient, field: str) -> None:
         if field != "guided_grammar"
         else {"guided_grammar": grammar}
     )
-    body = await ok(real_client, CHAT, messages=QUESTION, max_tokens=10, **constraint)
+    body = await ok(real_client, CHAT, messages=QUESTION, max_tokens=16, **constraint)
     assert content(body) in ("Answer: Affirmative", "Answer: Negative")
 
 
