@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model serve test lint format bench bench-save load clean
+.PHONY: install model serve test lint format bench bench-save load soak burst clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,27 +42,33 @@ format: $(STAMP)
 test: model lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Micro-benchmarks (perf/test_*.py), compared with the committed baseline: fails when a
-# median is over 25% slower (see README, "Benchmarks"). BENCH_ARGS adds pytest options.
+# Micro-benchmarks (perf/test_*.py), compared with the committed baseline by perf/bench.py:
+# fails on a confirmed regression over 25% or a missing benchmark (see README,
+# "Benchmarks"). BENCH_ARGS adds pytest options (and makes the run partial).
 BENCH_ARGS ?=
-BENCH_OPTS := -q -p no:cacheprovider --benchmark-warmup=on --benchmark-min-rounds=50 \
-	--benchmark-max-time=0.5 --benchmark-sort=name --benchmark-columns=min,median,iqr,rounds
-BENCH_BASELINE := perf/baselines/baseline.json
 
-bench: $(STAMP)
-	@mkdir -p perf/out
-	$(BIN)/python -m pytest perf $(BENCH_OPTS) --benchmark-json=perf/out/bench.json $(BENCH_ARGS)
-	$(BIN)/python -m perf.compare $(BENCH_BASELINE) perf/out/bench.json
+bench: model
+	$(BIN)/python -m perf.bench $(BENCH_ARGS)
 
-bench-save: $(STAMP)
-	@mkdir -p perf/out
-	$(BIN)/python -m pytest perf $(BENCH_OPTS) --benchmark-json=perf/out/bench.json $(BENCH_ARGS)
-	$(BIN)/python -m perf.compare --record perf/out/bench.json $(BENCH_BASELINE)
+bench-save: model
+	$(BIN)/python -m perf.bench --save $(BENCH_ARGS)
 
 # Side-by-side load benchmark against `vllm serve` (minutes; see perf/RESULTS.md).
 LOAD_ARGS ?=
 load: model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load $(LOAD_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load --check $(LOAD_ARGS)
+
+# Fault and soak harness against a real server (about 10 minutes; see perf/RESULTS.md):
+# mixed traffic, bursts, abandoned clients, owner reclaims, an engine-core kill, SIGTERM.
+SOAK_ARGS ?=
+soak: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.soak $(SOAK_ARGS)
+
+# Burst absorption with default admission flags: 256 concurrent requests from one client,
+# then vLLM's benchmark client at concurrency 64 and 256 (see perf/burst.py).
+BURST_ARGS ?=
+burst: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.burst $(BURST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks

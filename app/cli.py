@@ -46,8 +46,12 @@ def serve(settings: Settings) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
+    settings.resolved_admin_key()  # a missing or empty key file: said now, not later
     if settings.model is None and prepare_model() != 0:
         return 1
+    # The worker reads its settings from here and removes them (and the admin key) from
+    # its environment before the engine's processes start (app.main.forget_secrets).
+    os.environ.pop("LILAC_ADMIN_KEY", None)
     os.environ["LILAC_SETTINGS_JSON"] = msgspec.json.encode(settings).decode()
     server = Granian(
         "app.main:app_from_environment",

@@ -46,6 +46,21 @@ class InvalidRequest(APIError):
     error_type = "invalid_request_error"
 
 
+class UnsupportedMediaType(APIError):
+    """A POST body that is not declared `application/json`: a cross-site form post
+    (`text/plain`, a urlencoded form) must not drive the server."""
+
+    status_code = 415
+    error_type = "invalid_request_error"
+
+    def __init__(self, content_type: str) -> None:
+        shown = f"`{content_type}`" if content_type else "no Content-Type"
+        super().__init__(
+            f"Request bodies must be JSON with `Content-Type: application/json`; got {shown}.",
+            code="unsupported_media_type",
+        )
+
+
 class ModelNotFound(APIError):
     status_code = 404
     error_type = "invalid_request_error"
@@ -81,6 +96,17 @@ class TooManyRequests(APIError):
 
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+
+
+class ClientDisconnected(APIError):
+    """The client closed the connection before its response began; its work was ended.
+    No one reads this answer; 499 (nginx's "client closed request") marks it in logs."""
+
+    status_code = 499
+    error_type = "client_closed_request"
+
+    def __init__(self) -> None:
+        super().__init__("The client closed the connection.", code="client_disconnected")
 
 
 def invalid_request_from_decode_error(error: msgspec.DecodeError) -> InvalidRequest:

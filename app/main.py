@@ -17,10 +17,12 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 
 from app.errors import exception_handlers
+from app.loop_lag import LoopLagMonitor
 from app.metrics import build_registry
 from app.openapi import openapi_json
 from app.routes.admin import admin_router
@@ -93,18 +95,27 @@ def create_app(
     *,
     probe: Probe | None = None,
     handle_sigterm: bool = False,
+    exit_on_engine_death: bool = False,
 ) -> Litestar:
     """Build the app. Without `engine`, one is built from `settings` and started in the
     background, so that /health answers 503 while the model loads. `probe` overrides the
-    GPU probe the settings name; `handle_sigterm` makes SIGTERM drain before stopping."""
+    GPU probe the settings name; `handle_sigterm` makes SIGTERM drain before stopping;
+    `exit_on_engine_death` ends the process (non-zero) once the engine dies, for its
+    supervisor to restart it."""
     settings = settings or Settings()
     engine = engine or build_engine(settings)
     admission = build_controller(settings, engine, probe)
+    registry = build_registry(engine)
+    loop_lag = LoopLagMonitor(registry)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(engine)) if not engine.is_ready() else None
+        watcher = (
+            asyncio.create_task(_exit_when_engine_dies(engine)) if exit_on_engine_death else None
+        )
         await admission.start()
+        lag_sampler = asyncio.create_task(loop_lag.run())
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -112,6 +123,9 @@ def create_app(
         finally:
             if starter is not None and not starter.done():
                 starter.cancel()
+            lag_sampler.cancel()
+            if watcher is not None:
+                watcher.cancel()
             await admission.close()
             await engine.shutdown()
 
@@ -120,7 +134,7 @@ def create_app(
         "admission": admission,
         "chat": ChatService(engine, admission, ImageLoader(ImageLimits.from_settings(settings))),
         "completions": CompletionService(engine, admission),
-        "registry": build_registry(engine),
+        "registry": registry,
     }
     return Litestar(
         route_handlers=[
@@ -132,15 +146,29 @@ def create_app(
             health,
             metrics,
             openapi_json,
-            admin_router(settings.admin_key),
+            admin_router(settings.resolved_admin_key()),
         ],
         dependencies={name: _provide(service) for name, service in services.items()},
         # Handlers are typed per exception class; Litestar's mapping type is wider.
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],
+        cors_config=cors_config(settings),
         # Kept for operators and tests that reach the app from outside a request.
         state=State({**services, "settings": settings}),
         openapi_config=None,
+    )
+
+
+def cors_config(settings: Settings) -> CORSConfig | None:
+    """Cross-origin access for the origins the operator lists; none by default, so a web
+    page cannot read the answers of a server on its visitor's machine."""
+    if not settings.allowed_origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(settings.allowed_origins),
+        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+        expose_headers=["X-Request-Id", "Retry-After"],
     )
 
 
@@ -173,18 +201,79 @@ def _drain_on_sigterm(admission: AdmissionController) -> None:
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
 
 
+# How often the server checks that the engine is alive, and how long requests in flight
+# get to send their error (a 500, or an SSE error event and [DONE]) before it exits.
+ENGINE_WATCH_INTERVAL_S = 0.5
+ENGINE_DEATH_LINGER_S = 2.0
+ENGINE_DEAD_EXIT_CODE = 4
+
+
+async def _exit_when_engine_dies(engine: ModelHost) -> None:
+    """A dead engine core cannot be revived in place (vLLM's AsyncLLM is done for): exit
+    non-zero within seconds, so that a supervisor (systemd `Restart=on-failure`, a
+    container runtime) starts a fresh server. Until then /health answers 503 saying why."""
+    while True:
+        await asyncio.sleep(ENGINE_WATCH_INTERVAL_S)
+        failure = engine.failure()
+        if failure is not None:
+            break
+    log.error("engine failed: %s; exiting with status %d", failure, ENGINE_DEAD_EXIT_CODE)
+    await asyncio.sleep(ENGINE_DEATH_LINGER_S)
+    logging.shutdown()
+    os._exit(ENGINE_DEAD_EXIT_CODE)
+
+
 async def _start_engine(engine: ModelHost) -> None:
     try:
         await engine.start()
         log.info("engine ready: serving %s", ", ".join(engine.model.served_names))
-    except Exception:
-        # A server that cannot load its model must not linger half-alive.
-        log.exception("engine failed to start; exiting")
+    except Exception as exc:
+        # A server that cannot load its model must not linger half-alive. The cause in
+        # one line (vLLM wraps it: the innermost error says what went wrong); the
+        # traceback for whoever runs at debug level.
+        log.error("engine failed to start: %s; exiting", root_cause(exc))
+        log.debug("engine start traceback", exc_info=exc)
+        logging.shutdown()
         os._exit(3)
+
+
+def root_cause(exc: BaseException) -> str:
+    """An error and, when it wraps another, the innermost one it was caused by: on one
+    line (vLLM's "Engine core initialization failed" hides what failed underneath)."""
+    inner = exc
+    while True:
+        nested = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
+        if nested is None:
+            break
+        inner = nested
+    text = _one_line(exc)
+    if inner is not exc and str(inner) not in str(exc):
+        text += f" (caused by {_one_line(inner)})"
+    return text
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or '(no message)'}"
 
 
 def app_from_environment() -> Litestar:
     """Factory for granian's worker: settings travel as JSON in LILAC_SETTINGS_JSON."""
     raw = os.environ.get("LILAC_SETTINGS_JSON")
     settings = msgspec.json.decode(raw, type=Settings) if raw else Settings()
-    return create_app(settings, handle_sigterm=True)
+    # granian's worker is a fresh process: the command's logging setup does not carry over.
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
+    )
+    forget_secrets()
+    return create_app(settings, handle_sigterm=True, exit_on_engine_death=True)
+
+
+# Environment variables that may carry a secret: the engine's processes, started from
+# this one, must not inherit them.
+SECRET_VARIABLES = ("LILAC_SETTINGS_JSON", "LILAC_ADMIN_KEY")
+
+
+def forget_secrets() -> None:
+    """Remove secrets from this process's environment once the settings are read."""
+    for name in SECRET_VARIABLES:
+        os.environ.pop(name, None)

@@ -125,6 +125,14 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     seed: Annotated[int, Flag("engine random seed")] = 0
     log_level: Annotated[str, Flag("`debug`, `info`, `warning`, `error`")] = "info"
     # Image input (app.services.images).
+    allowed_origins: Annotated[
+        tuple[str, ...],
+        Flag(
+            "web origins whose pages may call the API (CORS), comma-separated; `*` any",
+            default_doc="none (no cross-origin access)",
+            parse=_names,
+        ),
+    ] = ()
     allow_private_image_urls: Annotated[
         bool,
         Flag("let image URLs reach private, loopback, link-local and other non-public addresses"),
@@ -183,13 +191,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     throttled_concurrent: Annotated[
         int, Flag("the same while the owner is lightly active", **_ADMISSION)
     ] = _POLICY.throttled_concurrent
-    max_queued: Annotated[int, Flag("requests waiting", **_ADMISSION)] = _POLICY.max_queued
-    max_queued_per_client: Annotated[int, Flag("one client's share of the queue", **_ADMISSION)] = (
-        _POLICY.max_queued_per_client
-    )
+    max_queued: Annotated[
+        int,
+        Flag("requests waiting in all (shared equally while several clients wait)", **_ADMISSION),
+    ] = _POLICY.max_queued
     queue_timeout: Annotated[float, Flag("seconds a request may wait", **_ADMISSION)] = (
         _POLICY.queue_timeout_s
     )
+    max_request_tokens: Annotated[
+        int,
+        Flag(
+            "output tokens one request may ask for: `n` x `max_tokens` over its prompts",
+            **_ADMISSION,
+        ),
+    ] = _POLICY.max_request_tokens
     kv_budget_tokens: Annotated[
         int,
         Flag(
@@ -207,7 +222,16 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     admin_key: Annotated[
         str | None,
         Flag(
-            "`Authorization: Bearer` key of `/admin/*`; without it they answer 403",
+            "`Authorization: Bearer` key of `/admin/*`; without it they answer 403. Set it "
+            "in the environment or use `--admin-key-file`: a flag shows in `ps`",
+            default_doc="none",
+            **_ADMISSION,
+        ),
+    ] = None
+    admin_key_file: Annotated[
+        str | None,
+        Flag(
+            "file holding the admin key (its first line), instead of `LILAC_ADMIN_KEY`",
             default_doc="none",
             **_ADMISSION,
         ),
@@ -224,6 +248,21 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     @property
     def on_gpu(self) -> bool:
         return has_nvidia_gpu()
+
+    def resolved_admin_key(self) -> str | None:
+        """The admin key: `admin_key`, else the first line of `admin_key_file`."""
+        if self.admin_key:
+            return self.admin_key
+        if not self.admin_key_file:
+            return None
+        try:
+            with open(self.admin_key_file, encoding="utf-8") as file:
+                key = file.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"--admin-key-file {self.admin_key_file}: {exc}") from exc
+        if not key:
+            raise SystemExit(f"--admin-key-file {self.admin_key_file}: the file is empty")
+        return key
 
 
 def has_nvidia_gpu() -> bool:

@@ -20,7 +20,7 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 class SamplingOptions:
     """Engine-neutral sampling parameters; the HTTP side has validated them already."""
 
-    max_tokens: int | None = None  # None: the rest of the context
+    max_tokens: int | None = None  # None: engine.checks.default_output_tokens
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1  # -1 (or 0): disabled
@@ -200,6 +200,9 @@ class ModelHost(Protocol):
 
     def unfinished_requests(self) -> int:
         """Requests the engine still holds (for health checks and leak tests)."""
+
+    def failure(self) -> str | None:
+        """Why the engine can never serve again (its core process died), else None."""
 
     def tokenize(
         self,

@@ -51,6 +51,7 @@ class ScriptedEngine:
             supports_vision=supports_vision,
         )
         self._ready = ready
+        self.failed: str | None = None  # set by tests: the engine died for this reason
         self.running: set[str] = set()
         self.requests: list[GenerateRequest] = []  # every request that got past the checks
         self.paused = False
@@ -69,7 +70,10 @@ class ScriptedEngine:
         self._ready = False
 
     def is_ready(self) -> bool:
-        return self._ready
+        return self._ready and self.failed is None
+
+    def failure(self) -> str | None:
+        return self.failed
 
     def unfinished_requests(self) -> int:
         return len(self.running)

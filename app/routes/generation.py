@@ -9,6 +9,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.response import Stream
 
+from app.routes.disconnect import until_disconnected
 from app.services.admission import client_key
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -27,7 +28,8 @@ async def respond(
     """`body` is the decoded request; errors raised here map in app.errors."""
     client = client_key(request, body.user)
     if body.stream:
-        frames = await service.open_stream(body, client)
+        # Admission, the queue and the first token: a client gone meanwhile ends them.
+        frames = await until_disconnected(request, service.open_stream(body, client))
         return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await service.complete(body, client)
+    result = await until_disconnected(request, service.complete(body, client))
     return Response(_encoder.encode(result), media_type=MediaType.JSON)

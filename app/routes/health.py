@@ -11,6 +11,13 @@ from app.routes.deps import AdmissionDep, EngineDep, RegistryDep
 
 @get("/health", media_type=MediaType.JSON)
 async def health(engine: EngineDep, admission: AdmissionDep) -> dict[str, str]:
+    failure = engine.failure()
+    if failure is not None:
+        raise ServiceUnavailable(
+            f"The engine failed ({failure}); the server is exiting to be restarted.",
+            retry_after=5,
+            code="engine_dead",
+        )
     if not engine.is_ready():
         raise ServiceUnavailable("The model is still loading.", retry_after=5)
     if not admission.admitting():

@@ -77,7 +77,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     max_completion_tokens: PositiveInt | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
-    tools: list[Tool] | None = None
+    tools: Annotated[list[Tool], Meta(max_length=128)] | None = None  # OpenAI's limit
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, ServiceUnavailable
 from app.schemas.chat import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -27,7 +27,7 @@ from app.schemas.chat import (
     Usage,
 )
 from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
-from app.services.images import ImageLoader, template_content
+from app.services.images import ImageLoader, image_refs, template_content
 from app.services.sampling import check_common, sampling_options
 from app.services.tools import (
     ToolCallCollector,
@@ -37,6 +37,7 @@ from app.services.tools import (
 )
 from engine import protocol
 from engine.admission.runtime import AdmissionController
+from engine.offload import off_loop
 from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 
 
@@ -136,6 +137,10 @@ def echoed_text(request: ChatCompletionRequest) -> str:
     return "".join(part.text for part in content if isinstance(part, TextPart))
 
 
+def generate_has_images(request: ChatCompletionRequest) -> bool:
+    return bool(image_refs(request.messages))
+
+
 class ChatService(GenerationService[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
 
@@ -148,8 +153,16 @@ class ChatService(GenerationService[ChatCompletionRequest]):
     async def engine_requests(
         self, request: ChatCompletionRequest, request_id: str, client: str | None
     ) -> list[GenerateRequest]:
-        """Checks first; images are fetched and decoded only for an otherwise valid request."""
-        generate = engine_request(request, request_id, client)
+        """Checks first (off the event loop: schema checks take time in proportion to the
+        schemas); images are fetched and decoded only for an otherwise valid request, and
+        only while admission admits (a draining server fetches nothing)."""
+        generate = await off_loop(engine_request, request, request_id, client)
+        if generate_has_images(request) and not self._admission.admitting():
+            raise ServiceUnavailable(
+                "The server is not admitting requests now; images are not fetched.",
+                self._admission.retry_after_s(),
+                code="draining",
+            )
         generate.images = await self._images.load(request.messages, self._engine)
         return [generate]
 

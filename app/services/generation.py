@@ -23,6 +23,7 @@ from msgspec import UNSET
 
 from app.schemas.chat import Usage
 from app.schemas.sampling import SamplingFields
+from app.services.admission import check_request_work, clamp_priority
 from app.services.sampling import check_model
 from app.services.streaming import open_sse
 from app.sse import frame
@@ -179,6 +180,10 @@ class GenerationService(ABC, Generic[RequestT]):
         check_model(self._engine, request.model)
         request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         generates = await self.engine_requests(request, request_id, client)
+        policy = self._admission.policy
+        check_request_work(generates, self._engine.model.max_model_len, policy.max_request_tokens)
+        for generate in generates:
+            generate.priority = clamp_priority(generate.priority)
         return self.generation(request, request_id), generates
 
     def _outputs(self, generates: list[GenerateRequest]) -> AsyncGenerator[Any, None]:

@@ -7,10 +7,12 @@ schema's `EngineRequestError` becomes a 400 in app.errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 from app.errors import InvalidRequest
+from app.json_limits import too_deep
 from app.schemas.chat import ChatCompletionRequest
 from app.schemas.tools import (
     FunctionCallDelta,
@@ -23,8 +25,13 @@ from app.schemas.tools import (
 )
 from app.services.extensions import extension_fields
 from engine import protocol
-from engine.schema_bounds import check_schema
+from engine.schema_bounds import MAX_SCHEMA_NODES, check_schema, check_schema_size
 from engine.tool_use import calls_tools
+
+# Parsed tool-call arguments are rendered by the chat template, which recurses per level.
+MAX_ARGUMENTS_DEPTH = 32
+# All tools' parameter schemas together: each is bounded alone too (engine.schema_bounds).
+MAX_TOOLS_SCHEMA_NODES = 4 * MAX_SCHEMA_NODES
 
 
 def _check_tools(request: ChatCompletionRequest) -> None:
@@ -38,9 +45,19 @@ def _check_tools(request: ChatCompletionRequest) -> None:
                 param=f"tools[{position}].function.name",
             )
         seen.add(name)
+    total = 0
     for position, tool in enumerate(tools):
         if tool.function.parameters is not None:
-            check_schema(tool.function.parameters, f"tools[{position}].function.parameters")
+            param = f"tools[{position}].function.parameters"
+            total += check_schema_size(tool.function.parameters, param)
+            if total > MAX_TOOLS_SCHEMA_NODES:
+                raise InvalidRequest(
+                    f"The tools' parameter schemas are too large together: at most "
+                    f"{MAX_TOOLS_SCHEMA_NODES} values in all.",
+                    param=param,
+                    code="schema_too_large",
+                )
+            check_schema(tool.function.parameters, param)
     choice = request.tool_choice
     if choice is not None and choice != "none" and not tools:
         raise InvalidRequest(
@@ -103,10 +120,12 @@ def template_tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
     """Assistant tool calls as chat templates expect them (arguments as an object)."""
     rendered = []
     for call in calls:
-        try:
-            arguments: Any = json.loads(call.function.arguments)
-        except ValueError:
-            arguments = call.function.arguments
+        arguments: Any = call.function.arguments
+        # Arguments are the client's text: nested too deep to parse safely (recursion),
+        # or not JSON at all, they reach the template as that text.
+        if not too_deep(arguments, MAX_ARGUMENTS_DEPTH):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
         rendered.append(
             {
                 "id": call.id,

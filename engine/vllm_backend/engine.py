@@ -22,6 +22,7 @@ from typing import Any
 from engine.checks import output_budget, require_image_input, require_ready, truncated
 from engine.errors import EngineFailure, EngineRequestError
 from engine.families import Family
+from engine.offload import off_loop
 from engine.protocol import (
     GenerateOutput,
     GenerateRequest,
@@ -35,15 +36,14 @@ from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
 from engine.vllm_backend.logprobs import convert_prompt_logprobs, prompt_token_texts
 from engine.vllm_backend.outputs import (
+    OutputConversion,
     check_token_ids,
-    choice_delta,
     kv_cache_tokens,
-    parse_tool_calls,
     takes_images,
 )
 from engine.vllm_backend.reasoning import OutputParsing, RequestParsing
 from engine.vllm_backend.structured import constraint_for
-from engine.vllm_backend.tool_calls import ToolCallStream, ToolRequest
+from engine.vllm_backend.tool_calls import ToolRequest
 
 log = logging.getLogger("lilac.engine")
 
@@ -131,6 +131,15 @@ class VLLMEngine:
     def is_ready(self) -> bool:
         return self._llm is not None and not self._llm.errored
 
+    def failure(self) -> str | None:
+        llm = self._llm
+        if llm is None or not llm.errored:
+            return None
+        resources = getattr(llm.engine_core, "resources", None)  # the multiprocess client's
+        if resources is not None and resources.engine_dead:
+            return "the engine core process died"
+        return "the engine's output handler stopped"
+
     def unfinished_requests(self) -> int:
         if self._llm is None:
             return 0
@@ -213,7 +222,9 @@ class VLLMEngine:
         allowed = sampling.allowed_token_ids
         check_token_ids(allowed or [], self.model.vocab_size, "allowed_token_ids")
         request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
-        prompt_ids = truncated(self._prompt_token_ids(request), request, self.model.max_model_len)
+        # Rendering and tokenizing take time in proportion to the prompt: off the loop.
+        prompt_ids = await off_loop(self._prompt_token_ids, request)
+        prompt_ids = truncated(prompt_ids, request, self.model.max_model_len)
         prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
         if request.images:
             # vLLM's processor puts each image's tokens in place of its placeholder:
@@ -222,7 +233,8 @@ class VLLMEngine:
             prompt_ids = list(prompt["prompt_token_ids"])
         parsing.prompt_token_ids = prompt_ids
         max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
-        constraint = constraint_for(request, self._tool_parser, max_tokens)
+        # Checking and bounding schemas and building the grammar's spec: off the loop too.
+        constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
         if sampling.n > 1 and sampling.temperature == 0:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)
@@ -287,9 +299,10 @@ class VLLMEngine:
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
         params.structured_outputs = plan.constraint
-        tools = self._tool_request(request)
-        parsers: dict[int, ToolCallStream] = {}
         top_k = sampling.logprobs or 0
+        conversion = OutputConversion(
+            parsing, top_k, self._tool_request(request), self._tool_parser, self._tokenizer
+        )
         prompt_tokens = len(prompt_ids)
         first = True
         stream = self._llm.generate(prompt, params, plan.request_id, **parsing.engine_kwargs)
@@ -302,17 +315,7 @@ class VLLMEngine:
                     )
                     prompt_texts = prompt_token_texts(prompt_ids, prompt_logprobs, self._tokenizer)
                 first = False
-                choices = [
-                    parsing.apply(choice_delta(completion, top_k), completion.token_ids)
-                    for completion in output.outputs
-                ]
-                if tools is not None:
-                    for choice, completion in zip(choices, output.outputs, strict=True):
-                        parser = parsers.get(choice.index)
-                        if parser is None:
-                            parser = ToolCallStream(self._tool_parser, tools, self._tokenizer)
-                            parsers[choice.index] = parser
-                        parse_tool_calls(choice, completion.token_ids, parser)
+                choices = conversion.choices(output)
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=choices,
