@@ -26,6 +26,7 @@ from app.loop_lag import LoopLagMonitor
 from app.observability import context, logs
 from app.observability.metrics import ServerMetrics
 from app.observability.middleware import RequestObserver
+from app.openapi import openapi_json
 from app.routes.admin import admin_router
 from app.routes.admin_keys import admin_keys_router
 from app.routes.chat import create_chat_completion
@@ -161,6 +162,7 @@ def create_app(
             health,
             liveness,
             metrics,
+            openapi_json,
             admin_router(settings.resolved_admin_key()),
             admin_keys_router(settings.resolved_admin_key()),
         ],

@@ -9,7 +9,7 @@ same answer). Model-independent: each takes the facts it decides on, nothing fro
 from __future__ import annotations
 
 from engine.errors import ContextLengthExceeded, EngineRequestError, EngineUnavailable
-from engine.protocol import ModelHost, ModelInfo
+from engine.protocol import GenerateRequest, ModelHost, ModelInfo
 
 
 def require_ready(host: ModelHost) -> None:
@@ -52,3 +52,24 @@ def output_budget(prompt_tokens: int, requested: int | None, max_model_len: int)
     if requested > room:
         raise ContextLengthExceeded(prompt_tokens, requested, max_model_len)
     return requested
+
+
+def truncated(prompt_ids: list[int], request: GenerateRequest, max_model_len: int) -> list[int]:
+    """The prompt with `truncate_prompt_tokens` applied: its last k tokens (-1: as many as
+    the context holds), as vLLM truncates from the left."""
+    keep = request.truncate_prompt_tokens
+    if keep is None:
+        return prompt_ids
+    if keep == -1:
+        keep = max_model_len
+    if keep == 0:
+        raise EngineRequestError(
+            "`truncate_prompt_tokens` must be -1 or at least 1.", param="truncate_prompt_tokens"
+        )
+    if keep > max_model_len:
+        raise EngineRequestError(
+            f"`truncate_prompt_tokens` ({keep}) must not exceed the model's context length "
+            f"({max_model_len}).",
+            param="truncate_prompt_tokens",
+        )
+    return prompt_ids[-keep:] if keep else []

@@ -37,8 +37,10 @@ class SamplingOptions:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] = field(default_factory=dict)
     logprobs: int | None = None  # None: no logprobs; k: the sampled token and the top k
-    prompt_logprobs: int | None = None  # for `echo` with logprobs in /v1/completions
+    prompt_logprobs: int | None = None  # `echo` with logprobs, or vLLM's `prompt_logprobs`
     skip_special_tokens: bool = True
+    allowed_token_ids: list[int] | None = None  # vLLM: sample only from these
+    bad_words: list[str] = field(default_factory=list)  # vLLM: never generate these
 
 
 @dataclass(slots=True)
@@ -53,9 +55,18 @@ class ToolCallDelta:
 
 @dataclass(slots=True)
 class StructuredOutput:
-    """response_format: `json_object` (schema None) or `json_schema` (schema given)."""
+    """One output constraint. `response_format` gives `json_object` (nothing set) or
+    `json_schema` (`schema`); vLLM's `structured_outputs` (and the older `guided_*`
+    fields) may instead give exactly one of `choice`, `regex`, `grammar` (EBNF/GBNF, as
+    vLLM takes it) or `structural_tag` (an xgrammar structural tag, as a JSON string).
+    `param` names the request field it came from, for errors."""
 
     schema: dict[str, Any] | None = None
+    choice: list[str] | None = None
+    regex: str | None = None
+    grammar: str | None = None
+    structural_tag: str | None = None
+    param: str = "response_format"
 
 
 @dataclass(slots=True)
@@ -75,6 +86,14 @@ class GenerateRequest:
     sampling: SamplingOptions
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
+    prompt_token_ids: list[int] | None = None  # a pre-tokenized prompt (instead of `prompt`)
+    # None: the path's default (a raw prompt gets the tokenizer's special tokens, a
+    # rendered chat does not: its template wrote them).
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False  # render the last assistant message open-ended
+    documents: list[dict[str, str]] | None = None  # for templates that cite documents
+    truncate_prompt_tokens: int | None = None  # keep only the last k prompt tokens (-1: max)
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # `chat_template_kwargs`
     # Top-level reasoning fields the client set (`thinking`, `enable_thinking`,
     # `reasoning_effort`); the model's family decides what they mean.
@@ -128,9 +147,11 @@ class GenerateOutput:
     prompt_tokens: int
     choices: list[ChoiceDelta]
     # With `prompt_logprobs`, on the first output only: one entry per prompt token
-    # (None for the first, which has nothing to be predicted from).
+    # (None for the first, which has nothing to be predicted from) ...
     prompt_logprobs: list[TokenLogprob | None] | None = None
     cached_tokens: int = 0  # of `prompt_tokens`, those served from the prefix cache
+    # ... and each prompt token's text (the first one's too), in the same order.
+    prompt_token_texts: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

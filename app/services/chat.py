@@ -21,6 +21,7 @@ from app.schemas.chat import (
     Delta,
     Message,
     ResponseMessage,
+    TextPart,
     TokenLogprob,
     TopLogprob,
     Usage,
@@ -99,6 +100,11 @@ def engine_request(
     if request.top_logprobs is not None and not request.logprobs:
         raise InvalidRequest("`top_logprobs` requires `logprobs: true`.", param="top_logprobs")
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
+    if request.continue_final_message and request.add_generation_prompt:
+        raise InvalidRequest(
+            "`continue_final_message` needs `add_generation_prompt: false`.",
+            param="continue_final_message",
+        )
     return GenerateRequest(
         request_id=request_id,
         sampling=sampling_options(request, max_tokens=max_tokens, logprobs=logprobs),
@@ -108,7 +114,27 @@ def engine_request(
         **tool_fields(request),
         client=client,
         priority=request.priority,
+        add_generation_prompt=request.add_generation_prompt,
+        continue_final_message=request.continue_final_message,
+        documents=request.documents,
     )
+
+
+def echoed_text(request: ChatCompletionRequest) -> str:
+    """With `echo`: the last message's text when it has the answer's role (`assistant`,
+    or the last message's own role without a generation prompt), as `vllm serve` echoes."""
+    if not request.echo:
+        return ""
+    last = request.messages[-1]
+    role = last.__struct_config__.tag
+    if request.add_generation_prompt and role != "assistant":
+        return ""
+    content = last.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content if isinstance(part, TextPart))
 
 
 def generate_has_images(request: ChatCompletionRequest) -> bool:
@@ -169,9 +195,14 @@ class ChatGeneration(Generation[ChatChoiceState]):
         self._n = request.n
         self._wants_logprobs = bool(request.logprobs)
         self._started: set[int] = set()
+        self._echo = echoed_text(request)
 
     def choice_states(self) -> dict[int, ChatChoiceState]:
-        return {i: ChatChoiceState(i) for i in range(self._n)}
+        states = {i: ChatChoiceState(i) for i in range(self._n)}
+        if self._echo:
+            for state in states.values():
+                state.text.append(self._echo)
+        return states
 
     def state_of(
         self, states: dict[int, ChatChoiceState], position: int, delta: ChoiceDelta
@@ -204,10 +235,12 @@ class ChatGeneration(Generation[ChatChoiceState]):
         self, position: int, output: GenerateOutput, delta: ChoiceDelta
     ) -> ChatCompletionChunk | None:
         role: Literal["assistant"] | None = None
+        text = delta.text
         if delta.index not in self._started:
             self._started.add(delta.index)
             role = "assistant"
-        if not (delta.text or delta.reasoning or role or delta.finish_reason or delta.tool_calls):
+            text = self._echo + text
+        if not (text or delta.reasoning or role or delta.finish_reason or delta.tool_calls):
             return None
         tool_calls = wire_deltas(delta.tool_calls) if delta.tool_calls else None
         # The first chunk carries content "" with the role, unless it carries
@@ -217,7 +250,7 @@ class ChatGeneration(Generation[ChatChoiceState]):
             index=delta.index,
             delta=Delta(
                 role=role,
-                content=delta.text if delta.text or first_content else None,
+                content=text if text or first_content else None,
                 reasoning=delta.reasoning or None,
                 tool_calls=tool_calls,
             ),

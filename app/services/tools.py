@@ -19,9 +19,11 @@ from app.schemas.tools import (
     JsonObjectFormat,
     JsonSchemaFormat,
     NamedToolChoice,
+    ResponseFormat,
     ToolCall,
     ToolCallDelta,
 )
+from app.services.extensions import extension_fields
 from engine import protocol
 from engine.schema_bounds import MAX_SCHEMA_NODES, check_schema, check_schema_size
 from engine.tool_use import calls_tools
@@ -84,19 +86,24 @@ def tool_fields(request: ChatCompletionRequest) -> dict[str, Any]:
             if isinstance(choice, NamedToolChoice)
             else choice
         )
-    response_format = request.response_format
-    if isinstance(response_format, JsonObjectFormat):
-        fields["response_format"] = protocol.StructuredOutput(schema=None)
-    elif isinstance(response_format, JsonSchemaFormat):
-        schema = response_format.json_schema.schema
-        if schema is None:
-            raise InvalidRequest(
-                "`response_format.json_schema.schema` is required.",
-                param="response_format.json_schema.schema",
-            )
-        check_schema(schema, "response_format.json_schema.schema")
-        fields["response_format"] = protocol.StructuredOutput(schema=schema)
+    fields.update(extension_fields(request, response_format_constraint(request.response_format)))
     return fields
+
+
+def response_format_constraint(
+    response_format: ResponseFormat | None,
+) -> protocol.StructuredOutput | None:
+    """The engine constraint of `response_format` (checked); None for text."""
+    if isinstance(response_format, JsonObjectFormat):
+        return protocol.StructuredOutput(schema=None)
+    if isinstance(response_format, JsonSchemaFormat):
+        schema = response_format.json_schema.schema
+        param = "response_format.json_schema.schema"
+        if schema is None:
+            raise InvalidRequest(f"`{param}` is required.", param=param)
+        check_schema(schema, param)
+        return protocol.StructuredOutput(schema=schema)
+    return None
 
 
 def _function_dict(function: Any) -> dict[str, Any]:
