@@ -385,7 +385,7 @@ def run(config: FleetConfig) -> Report:
 
 
 def main() -> int:
-    from tests.e2e.conftest import free_port
+    from tests.e2e.server import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scripted", action="store_true", help="the scripted engine")

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.conftest import RunningServer
+from tests.e2e.server import RunningServer
 
 FREED_WITHIN_S = 1.0
 LONG = {"max_tokens": 400, "ignore_eos": True, "temperature": 1.0}

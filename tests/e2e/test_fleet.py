@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perf.fleet import FleetConfig, run
-from tests.e2e.conftest import free_port
+from tests.e2e.server import free_port
 
 HEALTH_INTERVAL_S = 1.0  # perf.fleet.ROUTER_FLAGS
 FAILURE_THRESHOLD = 2

@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.conftest import free_port
+from tests.e2e.server import free_port
 
 STARTUP_TIMEOUT_S = 600  # a loaded CI box: the engine alone took minutes
 HI = [{"role": "user", "content": "Say hi."}]
