@@ -8,7 +8,7 @@ side may read families too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,12 @@ class Family:
     # Quirk: with reasoning off, drop everything up to and including the first
     # occurrence of this marker from the content (GLM 5.x leaks its chain of thought).
     drop_leak_through: str | None = None
+    # Template variables built from a request's tools, as the family's own tokenizer
+    # builds them before rendering (Kimi's TypeScript `tools_ts_str`).
+    template_context: Callable[[list[dict[str, Any]] | None], dict[str, Any]] | None = None
+    # Lower-case name substrings of same-lineage models whose prompt format differs:
+    # they are not bound to this family (their checkpoint's own template is used).
+    other_versions: tuple[str, ...] = ()
 
     def toggle(self, key: str) -> Toggle | None:
         return next((t for t in self.toggles if t.key == key), None)

@@ -7,6 +7,7 @@ block: vLLM's `kimi_k2` parser expects exactly that. Tool calls come in
 `<|tool_calls_section_begin|>...<|tool_calls_section_end|>`.
 """
 
+from engine.families import kimi_tools
 from engine.families.base import Family, Toggle
 
 FAMILY = Family(
@@ -24,6 +25,8 @@ FAMILY = Family(
         "<think>",
         "</think>",
     ),
-    name_patterns=("kimi-k2", "kimi_k2"),
-    model_types=("kimi_k2", "kimi_k25"),
+    name_patterns=("kimi-k2.6", "kimi-k2.5", "kimi_k2.6", "kimi_k2.5", "kimi-k2p6", "kimi-k2p5"),
+    model_types=("kimi_k25",),  # K2.5 and K2.6 (K2 and K2-Thinking are `kimi_k2`)
+    other_versions=("kimi-k2", "kimi_k2"),
+    template_context=kimi_tools.template_context,
 )

@@ -18,5 +18,6 @@ FAMILY = Family(
     tool_parser="minimax_m3",
     special_tokens=("]~!b[", "]~b]", "[e~[", "<mm:think>", "</mm:think>", "]<]minimax[>["),
     name_patterns=("minimax-m3", "minimax_m3"),
+    other_versions=("minimax-m2", "minimax_m2", "minimax-m1", "minimax-text"),
     model_types=("minimax_m3", "minimax_m3_vl"),
 )

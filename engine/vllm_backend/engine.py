@@ -163,6 +163,9 @@ class VLLMEngine:
             kwargs = dict(request.template_kwargs)
             if calls_tools(request.tools, request.tool_choice):
                 kwargs["tools"] = request.tools
+                family = self._parsing.family
+                if family is not None and family.template_context is not None:
+                    kwargs.update(family.template_context(request.tools))
             text = render_chat(
                 self._template or "",
                 request.messages,
