@@ -63,6 +63,9 @@ class Family:
     # Lower-case name substrings of same-lineage models whose prompt format differs:
     # they are not bound to this family (their checkpoint's own template is used).
     other_versions: tuple[str, ...] = ()
+    # Tokens that end the model's turn (a tool call waiting for its response included):
+    # generation stops on them even when the checkpoint's generation config omits them.
+    turn_ends: tuple[str, ...] = ()
 
     def toggle(self, key: str) -> Toggle | None:
         return next((t for t in self.toggles if t.key == key), None)

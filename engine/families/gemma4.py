@@ -30,4 +30,6 @@ FAMILY = Family(
     ),
     name_patterns=("gemma-4", "gemma4"),
     model_types=("gemma4", "gemma4_text"),
+    # `<|tool_response>` ends a turn that made tool calls: the response comes from outside.
+    turn_ends=("<turn|>", "<|tool_response>"),
 )

@@ -44,5 +44,6 @@ FAMILY = Family(
     name_patterns=("glm-5.2", "glm5.2", "glm-5p2", "glm_5.2"),
     # No model types: GLM-4.5 to 4.7 share `glm4_moe`, GLM 5 to 5.2 `glm_moe_dsa`.
     other_versions=("glm-4", "glm4", "glm-5", "glm5"),
+    turn_ends=("<|user|>", "<|observation|>"),
     drop_leak_through="</think>",
 )

@@ -28,5 +28,6 @@ FAMILY = Family(
     name_patterns=("kimi-k2.6", "kimi-k2.5", "kimi_k2.6", "kimi_k2.5", "kimi-k2p6", "kimi-k2p5"),
     model_types=("kimi_k25",),  # K2.5 and K2.6 (K2 and K2-Thinking are `kimi_k2`)
     other_versions=("kimi-k2", "kimi_k2"),
+    turn_ends=("<|im_end|>",),
     template_context=kimi_tools.template_context,
 )

@@ -58,8 +58,13 @@ def tools_ts_str(tools: list[dict[str, Any]] | None) -> str | None:
 
 
 def template_context(tools: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """Extra template variables for a request with `tools` (the family's hook)."""
-    text = tools_ts_str(tools)
+    """Extra template variables for a request with `tools` (the family's hook). A schema
+    the encoder cannot express falls back to the template's JSON declaration, as the
+    tokenizer falls back."""
+    try:
+        text = tools_ts_str(tools)
+    except ValueError:
+        return {}
     return {"tools_ts_str": text} if text is not None else {}
 
 
@@ -144,7 +149,9 @@ class _Schema:
             return f"Array<\n{doc}{inner}{self.type_text(item, inner)}\n{indent}>"
         return f"Array<{self.type_text(item, indent)}>"
 
-    def fields(self, schema: dict[str, Any], indent: str, ordered_by_name: bool = True) -> list[str]:
+    def fields(
+        self, schema: dict[str, Any], indent: str, ordered_by_name: bool = True
+    ) -> list[str]:
         """Required fields first, each group by name (the self-referencing root interface
         keeps the schema's order, as the tokenizer does)."""
         properties = schema.get("properties") or {}

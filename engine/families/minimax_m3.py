@@ -19,5 +19,6 @@ FAMILY = Family(
     special_tokens=("]~!b[", "]~b]", "[e~[", "<mm:think>", "</mm:think>", "]<]minimax[>["),
     name_patterns=("minimax-m3", "minimax_m3"),
     other_versions=("minimax-m2", "minimax_m2", "minimax-m1", "minimax-text"),
+    turn_ends=("[e~[",),
     model_types=("minimax_m3", "minimax_m3_vl"),
 )

@@ -58,6 +58,7 @@ class VLLMEngine:
         self._model: ModelInfo | None = None
         self._build: asyncio.Future[Any] | None = None
         self._parsing = OutputParsing(None, None)
+        self._turn_end_ids: tuple[int, ...] = ()
         self._tool_parser = "hermes"
 
     @property
@@ -103,6 +104,9 @@ class VLLMEngine:
             raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
         self._template = template
         self._parsing = OutputParsing(family, self._tokenizer)
+        vocab = self._tokenizer.get_vocab()
+        turn_ends = family.turn_ends if family else ()
+        self._turn_end_ids = tuple(vocab[token] for token in turn_ends if token in vocab)
         family_parser = family.tool_parser if family else None
         self._tool_parser = self._config.tool_parser or family_parser or "hermes"
         if self._model is not None:
@@ -276,7 +280,7 @@ class VLLMEngine:
 
         sampling = plan.sampling
         try:
-            params = to_sampling_params(sampling, plan.max_tokens)
+            params = to_sampling_params(sampling, plan.max_tokens, self._turn_end_ids)
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
         params.structured_outputs = plan.constraint

@@ -7,7 +7,14 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams
 from engine.protocol import SamplingOptions
 
 
-def to_sampling_params(options: SamplingOptions, max_tokens: int) -> SamplingParams:
+def to_sampling_params(
+    options: SamplingOptions, max_tokens: int, turn_end_ids: tuple[int, ...] = ()
+) -> SamplingParams:
+    """`turn_end_ids`: the family's end-of-turn tokens, stops like EOS (so not under
+    `ignore_eos`, which benchmarks set)."""
+    stop_ids = list(options.stop_token_ids)
+    if not options.ignore_eos:
+        stop_ids += [i for i in turn_end_ids if i not in stop_ids]
     return SamplingParams(
         n=options.n,
         temperature=options.temperature,
@@ -16,7 +23,7 @@ def to_sampling_params(options: SamplingOptions, max_tokens: int) -> SamplingPar
         min_p=options.min_p,
         seed=options.seed,
         stop=list(options.stop) or None,
-        stop_token_ids=list(options.stop_token_ids) or None,
+        stop_token_ids=stop_ids or None,
         include_stop_str_in_output=options.include_stop_str_in_output,
         max_tokens=max_tokens,
         min_tokens=options.min_tokens,

@@ -88,7 +88,10 @@ CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None
     "tool_call_pending": ([HI, ONE_CALL, RESULT_0], [WEATHER]),
     "tool_round_done": ([SYSTEM, HI, ONE_CALL, RESULT_0, ANSWER, AGAIN], [WEATHER, SEARCH]),
     "parallel_calls": ([HI, ANSWER, AGAIN, TWO_CALLS, RESULT_1, RESULT_2], [WEATHER, SEARCH]),
-    "agent_loop": ([HI, ONE_CALL, RESULT_0, ANSWER, TWO_CALLS, RESULT_1, RESULT_2], [WEATHER, SEARCH]),
+    "agent_loop": (
+        [HI, ONE_CALL, RESULT_0, ANSWER, TWO_CALLS, RESULT_1, RESULT_2],
+        [WEATHER, SEARCH],
+    ),
 }
 
 # Every value of every toggle, plus template kwargs the published templates read.

@@ -1,0 +1,14 @@
+"""Engine-neutral sampling options -> vLLM's SamplingParams: the family's turn ends."""
+
+from engine.protocol import SamplingOptions
+from engine.vllm_backend.sampling import to_sampling_params
+
+
+def test_turn_end_tokens_stop_generation_after_the_clients_own() -> None:
+    params = to_sampling_params(SamplingOptions(stop_token_ids=[7]), 16, (50, 106, 7))
+    assert params.stop_token_ids == [7, 50, 106]
+
+
+def test_ignore_eos_ignores_turn_ends_too() -> None:
+    params = to_sampling_params(SamplingOptions(ignore_eos=True), 16, (50, 106))
+    assert not params.stop_token_ids
