@@ -3,8 +3,12 @@
 `thinking` (a boolean, in `chat_template_kwargs` or at the top level) is on by default.
 The generation prompt opens `<think>` when thinking is on and writes an empty
 `<think></think>` when it is off, so the model's output starts inside the reasoning
-block: vLLM's `kimi_k2` parser expects exactly that. Tool calls come in
-`<|tool_calls_section_begin|>...<|tool_calls_section_end|>`.
+block: vLLM's `kimi_k2` parser expects exactly that. `thinking: false` also drops the
+reasoning of the current turn (the turns after the last answer without tool calls);
+`preserve_thinking: true` keeps earlier turns' reasoning. Tools are declared as a
+TypeScript `namespace functions` block (`kimi_tools`, as Moonshot's tokenizer does).
+Tool calls come in `<|tool_calls_section_begin|>...<|tool_calls_section_end|>`, with
+Kimi's own ids, `functions.NAME:IDX`, kept end to end. Binds K2.5 and K2.6 only.
 """
 
 from engine.families import kimi_tools
