@@ -178,11 +178,12 @@ WEATHER_TOOL = {
 async def test_kimi_tool_call_ids_round_trip(family_client, family_engine) -> None:
     # The model writes Kimi's id; the response keeps it, and the next turn replays it.
     bind(family_engine, "kimi_k2", re.escape(KIMI_CALL))
-    fields = {"tools": [WEATHER_TOOL], "thinking": False, "max_tokens": 100}
+    # The markers are spelled out in this test checkpoint: many tokens, not 5.
+    fields = {"tools": [WEATHER_TOOL], "thinking": False, "max_tokens": 400}
     plain = await chat(family_client, **fields)
     choice = plain["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
     (call,) = choice["message"]["tool_calls"]
-    assert choice["finish_reason"] == "tool_calls"
     assert call["id"] == "functions.get_weather:0" and call["function"]["name"] == "get_weather"
     assert "namespace functions {\ntype get_weather = (_: {" in family_engine.last_prompt
     _, _, chunks = await chat_stream(family_client, **fields)
