@@ -168,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per streamed request")
     parser.add_argument("--short-tokens", type=int, default=16, help="tokens per plain request")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
+    parser.add_argument("--granian-opt", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
+    extra = [arg for opt in args.granian_opt for arg in ("--granian-opt", opt)]
     OUT.mkdir(exist_ok=True)
     server = Server(
-        [sys.executable, "-m", "perf.scripted_app", "--port", str(args.port)],
+        [sys.executable, "-m", "perf.scripted_app", "--port", str(args.port), *extra],
         OUT / "frontend_server.log",
     )
     try:

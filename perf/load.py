@@ -1,7 +1,7 @@
 """Side-by-side load benchmark: our server vs `vllm serve` vs the same engine offline.
 
     python -m perf.load [--concurrency 1,4,16,64] [--num-prompts 4,8,32,64] \\
-        [--input-len 128] [--output-len 64] [--only ours,vllm,offline]
+        [--input-len 128] [--output-len 64] [--only ours,vllm,offline] [--check]
 
 Each server is started alone on 127.0.0.1 with the same engine flags (float32, eager,
 max-model-len 2048, the same KV cache and memory fraction), warmed up with one request,
@@ -43,15 +43,20 @@ def server_argv(kind: str, args: argparse.Namespace, model_dir: str, port: int) 
     common = ["--model", model_dir, "--served-model-name", NAME, "--port", str(port)]
     common += ["--max-model-len", str(args.max_model_len)]
     common += ["--gpu-memory-utilization", str(args.gpu_memory_utilization)]
-    if kind == "ours":  # float32 + eager are its CPU defaults
-        return [
-            *(sys.executable, "-m", "app.cli", "serve", *common),
+    if kind.startswith("ours"):  # float32 + eager are its CPU defaults
+        # ours-noadmit: the same server with the admission lease skipped (the cost of
+        # the controller); ours-default: admission's default limits.
+        module = "perf.no_admission" if kind == "ours-noadmit" else "app.cli"
+        argv = [
+            *(sys.executable, "-m", module, "serve", *common),
             *("--dtype", "float32", "--enforce-eager", "true"),
             *("--cpu-kvcache-space-gib", str(args.kv_cache_gib), "--log-level", "warning"),
-            # `vllm serve` has no admission limits: lift ours above the largest concurrency.
-            *("--max-concurrent", "1024", "--max-queued", "1024"),
-            *("--max-queued-per-client", "1024"),
         ]
+        if kind != "ours-default":
+            # `vllm serve` has no admission limits: lift ours above the largest concurrency.
+            argv += ["--max-concurrent", "1024", "--max-queued", "1024"]
+            argv += ["--max-queued-per-client", "1024"]
+        return argv
     return [
         *(sys.executable, "-m", "vllm.entrypoints.openai.api_server", *common),
         *("--dtype", "float32", "--enforce-eager", "--seed", "0"),
@@ -114,7 +119,7 @@ def run_server(kind: str, args: argparse.Namespace, model_dir: str) -> list[dict
         print(f"=== {kind}: healthy after {time.monotonic() - started:.0f}s", flush=True)
         # Warm up with one request like the measured ones (as the offline run does).
         run_client(bench_argv(args, model_dir), port, 1, 1, f"{kind}-warmup", WARM_UP_SEED)
-        http = server.http_process(granian=kind == "ours")
+        http = server.http_process(granian=kind.startswith("ours"))
         engines = server.engine_processes()
         print(f"=== {kind}: HTTP pid {http.pid}, engine pids {[p.pid for p in engines]}")
         for concurrency, num_prompts in zip(args.concurrency, args.num_prompts, strict=True):
@@ -192,12 +197,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--only", default="ours,vllm,offline", help="which to run, in order")
+    parser.add_argument(
+        "--only",
+        default="ours,vllm,offline",
+        help="which to run, in order (also: ours-default, ours-noadmit)",
+    )
     parser.add_argument("--model-dir", default=None, help="default: the prepared SmolLM2")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--kv-cache-gib", type=int, default=2)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument("--check", action="store_true", help="exit 1 unless every target is met")
     args = parser.parse_args(argv)
     if len(args.concurrency) != len(args.num_prompts):
         parser.error("--concurrency and --num-prompts need the same number of values")
@@ -216,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.node()}, {os.cpu_count()} cpus",
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
     }
-    text = report(rows, meta)
+    text, met = report(rows, meta)
     print("\n" + text)
     (OUT / "summary.md").write_text(text + "\n")
-    return 0
+    return 0 if met or not args.check else 1
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from litestar import Litestar
 
@@ -29,6 +30,16 @@ def create() -> Litestar:
     return create_app(SETTINGS, engine=engine)
 
 
+def _granian_option(text: str) -> tuple[str, Any]:
+    from granian.constants import HTTPModes, RuntimeModes, TaskImpl
+
+    name, value = text.split("=", 1)
+    kinds: dict[str, Any] = {"task_impl": TaskImpl, "http": HTTPModes, "runtime_mode": RuntimeModes}
+    if name in kinds:
+        return name, kinds[name](value)
+    return name, int(value) if value.isdigit() else value
+
+
 def main(argv: list[str] | None = None) -> int:
     from granian import Granian
     from granian.constants import Interfaces, Loops
@@ -36,8 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8011)
+    parser.add_argument(
+        "--granian-opt",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an extra Granian option to try (task_impl=rust, http=1, runtime_mode=st...)",
+    )
     args = parser.parse_args(argv)
-    Granian(  # the same options as app.cli.serve
+    extra = dict(_granian_option(opt) for opt in args.granian_opt)
+    Granian(  # the same options as app.cli.serve, plus any tried here
         "perf.scripted_app:create",
         factory=True,
         address=args.host,
@@ -46,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=1,
         loop=Loops.uvloop,
         log_level="warning",
+        **extra,
     ).serve()
     return 0
 

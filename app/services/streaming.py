@@ -36,17 +36,22 @@ async def open_sse(
 async def _frames(
     first: T | None, outputs: AsyncGenerator[T, None], frames: Frames[T], closing: Closing
 ) -> AsyncIterator[bytes]:
+    # One body per engine output, and the closing frames with [DONE]: each yield is one
+    # ASGI send, one wake-up of the server's I/O thread and one write.
     try:
         if first is not None:
-            for data in frames(first):
-                yield data
+            if data := frames(first):
+                yield _joined(data)
             async for output in outputs:
-                for data in frames(output):
-                    yield data
-        for data in closing():
-            yield data
+                if data := frames(output):
+                    yield _joined(data)
+        tail = b"".join(closing())
     except Exception as exc:
-        yield error_frame(to_api_error(exc).body())
+        tail = error_frame(to_api_error(exc).body())
     finally:
         await outputs.aclose()
-    yield DONE
+    yield tail + DONE
+
+
+def _joined(data: list[bytes]) -> bytes:
+    return data[0] if len(data) == 1 else b"".join(data)

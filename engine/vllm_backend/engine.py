@@ -35,15 +35,14 @@ from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
 from engine.vllm_backend.logprobs import convert_prompt_logprobs
 from engine.vllm_backend.outputs import (
+    OutputConversion,
     check_token_ids,
-    choice_delta,
     kv_cache_tokens,
-    parse_tool_calls,
     takes_images,
 )
 from engine.vllm_backend.reasoning import OutputParsing, RequestParsing
 from engine.vllm_backend.structured import constraint_for
-from engine.vllm_backend.tool_calls import ToolCallStream, ToolRequest
+from engine.vllm_backend.tool_calls import ToolRequest
 
 log = logging.getLogger("lilac.engine")
 
@@ -284,9 +283,10 @@ class VLLMEngine:
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
         params.structured_outputs = plan.constraint
-        tools = self._tool_request(request)
-        parsers: dict[int, ToolCallStream] = {}
         top_k = sampling.logprobs or 0
+        conversion = OutputConversion(
+            parsing, top_k, self._tool_request(request), self._tool_parser, self._tokenizer
+        )
         prompt_tokens = len(prompt_ids)
         first = True
         stream = self._llm.generate(prompt, params, plan.request_id, **parsing.engine_kwargs)
@@ -298,17 +298,7 @@ class VLLMEngine:
                         prompt_ids, output.prompt_logprobs, sampling.prompt_logprobs
                     )
                 first = False
-                choices = [
-                    parsing.apply(choice_delta(completion, top_k), completion.token_ids)
-                    for completion in output.outputs
-                ]
-                if tools is not None:
-                    for choice, completion in zip(choices, output.outputs, strict=True):
-                        parser = parsers.get(choice.index)
-                        if parser is None:
-                            parser = ToolCallStream(self._tool_parser, tools, self._tokenizer)
-                            parsers[choice.index] = parser
-                        parse_tool_calls(choice, completion.token_ids, parser)
+                choices = conversion.choices(output)
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=choices,

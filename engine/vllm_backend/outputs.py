@@ -10,9 +10,45 @@ from typing import Any
 from engine.errors import EngineRequestError
 from engine.protocol import ChoiceDelta
 from engine.vllm_backend.logprobs import convert_sample_logprobs
-from engine.vllm_backend.tool_calls import ToolCallStream
+from engine.vllm_backend.reasoning import RequestParsing
+from engine.vllm_backend.tool_calls import ToolCallStream, ToolRequest
 
 log = logging.getLogger("lilac.engine")
+
+
+class OutputConversion:
+    """One request's outputs, each a vLLM RequestOutput (delta kind) -> its choice deltas:
+    text, token count, finish reason and logprobs, reasoning split off, tool calls parsed
+    (one parser per choice). The per-token path of every streamed request."""
+
+    def __init__(
+        self,
+        parsing: RequestParsing,
+        top_k: int,
+        tools: ToolRequest | None,
+        tool_parser: str,
+        tokenizer: Any,
+    ) -> None:
+        self._parsing = parsing
+        self._top_k = top_k
+        self._tools = tools
+        self._tool_parser = tool_parser
+        self._tokenizer = tokenizer
+        self._parsers: dict[int, ToolCallStream] = {}
+
+    def choices(self, output: Any) -> list[ChoiceDelta]:
+        choices = [
+            self._parsing.apply(choice_delta(completion, self._top_k), completion.token_ids)
+            for completion in output.outputs
+        ]
+        if self._tools is not None:
+            for choice, completion in zip(choices, output.outputs, strict=True):
+                parser = self._parsers.get(choice.index)
+                if parser is None:
+                    parser = ToolCallStream(self._tool_parser, self._tools, self._tokenizer)
+                    self._parsers[choice.index] = parser
+                parse_tool_calls(choice, completion.token_ids, parser)
+        return choices
 
 
 def choice_delta(completion: Any, top_k: int) -> ChoiceDelta:
