@@ -66,6 +66,10 @@ class Family:
     # Tokens that end the model's turn (a tool call waiting for its response included):
     # generation stops on them even when the checkpoint's generation config omits them.
     turn_ends: tuple[str, ...] = ()
+    # Text that opens an assistant turn in the rendered prompt. Only what follows its
+    # last occurrence (the turn being generated) tells whether reasoning already ended:
+    # earlier turns, and system text quoting the markers, must not.
+    assistant_start: str | None = None
 
     def toggle(self, key: str) -> Toggle | None:
         return next((t for t in self.toggles if t.key == key), None)

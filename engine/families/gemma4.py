@@ -34,4 +34,5 @@ FAMILY = Family(
     model_types=("gemma4", "gemma4_text"),
     # `<|tool_response>` ends a turn that made tool calls: the response comes from outside.
     turn_ends=("<turn|>", "<|tool_response>"),
+    assistant_start="<|turn>model\n",
 )

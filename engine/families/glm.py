@@ -48,4 +48,5 @@ FAMILY = Family(
     other_versions=("glm-4", "glm4", "glm-5", "glm5"),
     turn_ends=("<|user|>", "<|observation|>"),
     drop_leak_through="</think>",
+    assistant_start="<|assistant|>",
 )

@@ -34,4 +34,5 @@ FAMILY = Family(
     other_versions=("kimi-k2", "kimi_k2"),
     turn_ends=("<|im_end|>",),
     template_context=kimi_tools.template_context,
+    assistant_start="<|im_assistant|>",
 )

@@ -24,4 +24,5 @@ FAMILY = Family(
     other_versions=("minimax-m2", "minimax_m2", "minimax-m1", "minimax-text"),
     turn_ends=("[e~[",),
     model_types=("minimax_m3", "minimax_m3_vl"),
+    assistant_start="]~b]ai\n",
 )

@@ -8,13 +8,20 @@ from engine.protocol import SamplingOptions
 
 
 def to_sampling_params(
-    options: SamplingOptions, max_tokens: int, turn_end_ids: tuple[int, ...] = ()
+    options: SamplingOptions,
+    max_tokens: int,
+    turn_end_ids: tuple[int, ...] = (),
+    turn_end_texts: tuple[str, ...] = (),
 ) -> SamplingParams:
-    """`turn_end_ids`: the family's end-of-turn tokens, stops like EOS (so not under
-    `ignore_eos`, which benchmarks set)."""
+    """`turn_end_ids` and `turn_end_texts`: the family's end-of-turn tokens, as ids and as
+    text. They stop like EOS (so not under `ignore_eos`, which benchmarks set). The ids
+    stop a turn end written as its single token; the texts (vLLM stop strings, cut from
+    the output) stop one spelled over several tokens, which the id check cannot see."""
     stop_ids = list(options.stop_token_ids)
+    stop = list(options.stop)
     if not options.ignore_eos:
         stop_ids += [i for i in turn_end_ids if i not in stop_ids]
+        stop += [text for text in turn_end_texts if text not in stop]
     return SamplingParams(
         n=options.n,
         temperature=options.temperature,
@@ -22,7 +29,7 @@ def to_sampling_params(
         top_k=max(options.top_k, 0),  # vLLM: 0 disables
         min_p=options.min_p,
         seed=options.seed,
-        stop=list(options.stop) or None,
+        stop=stop or None,
         stop_token_ids=stop_ids or None,
         include_stop_str_in_output=options.include_stop_str_in_output,
         max_tokens=max_tokens,
