@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model serve test lint format bench bench-save load clean
+.PHONY: install model serve test lint format bench bench-save load soak burst fleet-demo clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,24 @@ bench-save: model
 LOAD_ARGS ?=
 load: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load --check $(LOAD_ARGS)
+
+# Fault and soak harness against a real server (about 10 minutes; see perf/RESULTS.md):
+# mixed traffic, bursts, abandoned clients, owner reclaims, an engine-core kill, SIGTERM.
+SOAK_ARGS ?=
+soak: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.soak $(SOAK_ARGS)
+
+# Burst absorption with default admission flags: 256 concurrent requests from one client,
+# then vLLM's benchmark client at concurrency 64 and 256 (see perf/burst.py).
+BURST_ARGS ?=
+burst: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.burst $(BURST_ARGS)
+
+# Two replicas on the default model behind sglang-router; one owner comes back mid-load
+# (minutes; prints the figures; see README, "Operating a fleet"). FLEET_ARGS adds options.
+FLEET_ARGS ?=
+fleet-demo: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.fleet $(FLEET_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks

@@ -1,9 +1,8 @@
-"""The `lilac-serve` command: `serve` (the default) and `prepare-model`."""
+"""The `lilac-serve` command: `serve` (the default), `prepare-model`, `keys` and `usage`."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -19,11 +18,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command")
     build_parser(commands.add_parser("serve", help="serve a model over HTTP (default)"))
     commands.add_parser("prepare-model", help="download and convert the default model")
+    from app.tenancy.cli import add_commands
+
+    add_commands(commands)
     if not argv or argv[0].startswith("-"):
         argv.insert(0, "serve")
     args = parser.parse_args(argv)
     if args.command == "prepare-model":
         return prepare_model()
+    if args.command in ("keys", "usage"):
+        from app.tenancy.cli import run
+
+        return run(args)
     return serve(settings_from(args))
 
 
@@ -43,11 +49,21 @@ def serve(settings: Settings) -> int:
     from granian.constants import Interfaces, Loops
     from granian.log import LogLevels
 
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
-    )
+    from app.observability import logs
+
+    logs.configure(settings.log_format, settings.log_level)
+    settings.resolved_admin_key()  # a missing or empty key file: said now, not later
+    from app.tenancy.cli import check_serve
+
+    problem = check_serve(settings)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if settings.model is None and prepare_model() != 0:
         return 1
+    # The worker reads its settings from here and removes them (and the admin key) from
+    # its environment before the engine's processes start (app.main.forget_secrets).
+    os.environ.pop("LILAC_ADMIN_KEY", None)
     os.environ["LILAC_SETTINGS_JSON"] = msgspec.json.encode(settings).decode()
     server = Granian(
         "app.main:app_from_environment",

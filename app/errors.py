@@ -14,6 +14,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
+from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import EngineError, EngineRequestError, EngineUnavailable
@@ -44,6 +45,21 @@ class APIError(Exception):
 class InvalidRequest(APIError):
     status_code = 400
     error_type = "invalid_request_error"
+
+
+class UnsupportedMediaType(APIError):
+    """A POST body that is not declared `application/json`: a cross-site form post
+    (`text/plain`, a urlencoded form) must not drive the server."""
+
+    status_code = 415
+    error_type = "invalid_request_error"
+
+    def __init__(self, content_type: str) -> None:
+        shown = f"`{content_type}`" if content_type else "no Content-Type"
+        super().__init__(
+            f"Request bodies must be JSON with `Content-Type: application/json`; got {shown}.",
+            code="unsupported_media_type",
+        )
 
 
 class ModelNotFound(APIError):
@@ -81,6 +97,17 @@ class TooManyRequests(APIError):
 
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+
+
+class ClientDisconnected(APIError):
+    """The client closed the connection before its response began; its work was ended.
+    No one reads this answer; 499 (nginx's "client closed request") marks it in logs."""
+
+    status_code = 499
+    error_type = "client_closed_request"
+
+    def __init__(self) -> None:
+        super().__init__("The client closed the connection.", code="client_disconnected")
 
 
 def invalid_request_from_decode_error(error: msgspec.DecodeError) -> InvalidRequest:
@@ -168,7 +195,11 @@ def _http_exception_handler(_: Request, exc: HTTPException) -> Response[bytes]:
 
 
 def _any_exception_handler(_: Request, exc: Exception) -> Response[bytes]:
-    return error_response(to_api_error(exc))
+    error = to_api_error(exc)
+    record = context.current()
+    if record is not None:  # the access line's outcome
+        record.outcome = error.code or error.error_type
+    return error_response(error)
 
 
 exception_handlers = {

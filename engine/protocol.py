@@ -20,7 +20,7 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 class SamplingOptions:
     """Engine-neutral sampling parameters; the HTTP side has validated them already."""
 
-    max_tokens: int | None = None  # None: the rest of the context
+    max_tokens: int | None = None  # None: engine.checks.default_output_tokens
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1  # -1 (or 0): disabled
@@ -37,8 +37,10 @@ class SamplingOptions:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] = field(default_factory=dict)
     logprobs: int | None = None  # None: no logprobs; k: the sampled token and the top k
-    prompt_logprobs: int | None = None  # for `echo` with logprobs in /v1/completions
+    prompt_logprobs: int | None = None  # `echo` with logprobs, or vLLM's `prompt_logprobs`
     skip_special_tokens: bool = True
+    allowed_token_ids: list[int] | None = None  # vLLM: sample only from these
+    bad_words: list[str] = field(default_factory=list)  # vLLM: never generate these
 
 
 @dataclass(slots=True)
@@ -53,9 +55,18 @@ class ToolCallDelta:
 
 @dataclass(slots=True)
 class StructuredOutput:
-    """response_format: `json_object` (schema None) or `json_schema` (schema given)."""
+    """One output constraint. `response_format` gives `json_object` (nothing set) or
+    `json_schema` (`schema`); vLLM's `structured_outputs` (and the older `guided_*`
+    fields) may instead give exactly one of `choice`, `regex`, `grammar` (EBNF/GBNF, as
+    vLLM takes it) or `structural_tag` (an xgrammar structural tag, as a JSON string).
+    `param` names the request field it came from, for errors."""
 
     schema: dict[str, Any] | None = None
+    choice: list[str] | None = None
+    regex: str | None = None
+    grammar: str | None = None
+    structural_tag: str | None = None
+    param: str = "response_format"
 
 
 @dataclass(slots=True)
@@ -75,6 +86,14 @@ class GenerateRequest:
     sampling: SamplingOptions
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
+    prompt_token_ids: list[int] | None = None  # a pre-tokenized prompt (instead of `prompt`)
+    # None: the path's default (a raw prompt gets the tokenizer's special tokens, a
+    # rendered chat does not: its template wrote them).
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False  # render the last assistant message open-ended
+    documents: list[dict[str, str]] | None = None  # for templates that cite documents
+    truncate_prompt_tokens: int | None = None  # keep only the last k prompt tokens (-1: max)
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # `chat_template_kwargs`
     # Top-level reasoning fields the client set (`thinking`, `enable_thinking`,
     # `reasoning_effort`); the model's family decides what they mean.
@@ -118,6 +137,7 @@ class ChoiceDelta:
     logprobs: list[TokenLogprob] | None = None  # one per new token, when asked for
     tool_calls: list[ToolCallDelta] | None = None
     reasoning: str = ""  # chain of thought, split from the output by the family's parser
+    reasoning_token_count: int = 0  # of `token_count`, the tokens of chain of thought
 
 
 @dataclass(slots=True)
@@ -127,8 +147,11 @@ class GenerateOutput:
     prompt_tokens: int
     choices: list[ChoiceDelta]
     # With `prompt_logprobs`, on the first output only: one entry per prompt token
-    # (None for the first, which has nothing to be predicted from).
+    # (None for the first, which has nothing to be predicted from) ...
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    cached_tokens: int = 0  # of `prompt_tokens`, those served from the prefix cache
+    # ... and each prompt token's text (the first one's too), in the same order.
+    prompt_token_texts: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +197,18 @@ class ModelHost(Protocol):
     async def shutdown(self) -> None:
         """Stop generating and release the model."""
 
+    def is_alive(self) -> bool:
+        """False once the engine has failed for good (loading or paused count as alive)."""
+        ...
+
     def is_ready(self) -> bool:
         """The one readiness decision; `engine.checks.require_ready` enforces it."""
 
     def unfinished_requests(self) -> int:
         """Requests the engine still holds (for health checks and leak tests)."""
+
+    def failure(self) -> str | None:
+        """Why the engine can never serve again (its core process died), else None."""
 
     def tokenize(
         self,

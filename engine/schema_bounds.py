@@ -12,7 +12,10 @@ worst case: SmolLM2 writes digits one token each). Bounds the client declared
 are never changed.
 
 `check_schema` is the one validity check of a client's schema (response_format and
-tool parameters), for the HTTP side's early 400 and the backend alike.
+tool parameters), for the HTTP side's early 400 and the backend alike. It bounds the
+schema's size and nesting first (`check_schema_size`): validating, tightening and
+compiling a schema take time in proportion to its size and recurse per level, so an
+unbounded one could hold a worker for seconds or exhaust the recursion limit.
 """
 
 from __future__ import annotations
@@ -165,10 +168,51 @@ def fit_to_budget(schema: Any, budget_tokens: int | None) -> Any:
     return tight
 
 
+# A schema's bounds, far above what tools and response formats use in practice (OpenAI
+# allows 5 levels of object nesting and 5,000 properties in structured outputs).
+MAX_SCHEMA_DEPTH = 32  # JSON levels (objects and arrays) inside the schema
+MAX_SCHEMA_NODES = 5_000  # values of every kind, keys not counted
+MAX_SCHEMA_CHARS = 100_000  # characters of every key and string
+
+
+def check_schema_size(schema: Any, param: str) -> int:
+    """Reject a schema nested deeper, or larger, than the bounds above; return its number
+    of values. Walks without recursion, and stops as soon as a bound is passed."""
+    nodes = chars = 0
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if isinstance(value, dict | list):
+            if depth > MAX_SCHEMA_DEPTH:
+                raise EngineRequestError(
+                    f"The JSON schema nests deeper than {MAX_SCHEMA_DEPTH} levels.",
+                    param=param,
+                    code="schema_too_deep",
+                )
+            if isinstance(value, dict):
+                chars += sum(len(key) for key in value)
+                stack.extend((item, depth + 1) for item in value.values())
+            else:
+                stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            chars += len(value)
+        if nodes > MAX_SCHEMA_NODES or chars > MAX_SCHEMA_CHARS:
+            raise EngineRequestError(
+                f"The JSON schema is too large: at most {MAX_SCHEMA_NODES} values and "
+                f"{MAX_SCHEMA_CHARS} characters of keys and strings.",
+                param=param,
+                code="schema_too_large",
+            )
+    return nodes
+
+
 def check_schema(schema: dict[str, Any], param: str) -> None:
-    """Reject a schema that is not a valid JSON Schema, naming where it is wrong."""
+    """Reject a schema that is too large or nested too deep, or that is not a valid JSON
+    Schema, naming where it is wrong."""
     from jsonschema import exceptions, validators
 
+    check_schema_size(schema, param)
     try:
         validators.validator_for(schema).check_schema(schema)
     except exceptions.SchemaError as exc:

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from engine.checks import output_budget, require_image_input, require_ready
+from engine.errors import EngineRequestError
 from engine.protocol import (
     ChoiceDelta,
     FinishReason,
@@ -36,6 +37,7 @@ class ScriptedEngine:
         ready: bool = True,
         kv_cache_tokens: int = 0,
         supports_vision: bool = False,
+        vocab_size: int = 1024,
     ) -> None:
         self.tokens = list(tokens)
         self.token_delay_s = token_delay_s
@@ -44,10 +46,12 @@ class ScriptedEngine:
             max_model_len,
             int(time.time()),
             "scripted",
+            vocab_size=vocab_size,
             kv_cache_tokens=kv_cache_tokens,
             supports_vision=supports_vision,
         )
         self._ready = ready
+        self.failed: str | None = None  # set by tests: the engine died for this reason
         self.running: set[str] = set()
         self.requests: list[GenerateRequest] = []  # every request that got past the checks
         self.paused = False
@@ -65,8 +69,14 @@ class ScriptedEngine:
     async def shutdown(self) -> None:
         self._ready = False
 
+    def is_alive(self) -> bool:
+        return True
+
     def is_ready(self) -> bool:
-        return self._ready
+        return self._ready and self.failed is None
+
+    def failure(self) -> str | None:
+        return self.failed
 
     def unfinished_requests(self) -> int:
         return len(self.running)
@@ -88,6 +98,11 @@ class ScriptedEngine:
         return [len(word) for word in (prompt or "").split()]
 
     def detokenize(self, token_ids: list[int]) -> str:
+        for token_id in token_ids:
+            if not 0 <= token_id < self._model.vocab_size:
+                raise EngineRequestError(
+                    f"Token id {token_id} is outside the model's vocabulary.", param="tokens"
+                )
         return " ".join("x" * token_id for token_id in token_ids)
 
     async def pause(self) -> None:
@@ -112,6 +127,8 @@ class ScriptedEngine:
         """One token per word of the prompt: enough to exercise length limits."""
         if request.messages is not None:
             return sum(len(str(m.get("content", "")).split()) + 3 for m in request.messages)
+        if request.prompt_token_ids is not None:
+            return len(request.prompt_token_ids)
         return len((request.prompt or "").split())
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
@@ -150,6 +167,7 @@ class ScriptedEngine:
                         for i in range(request.sampling.n)
                     ],
                     prompt_logprobs=_prompt_logprobs(request, position),
+                    prompt_token_texts=_prompt_texts(request, position),
                 )
         finally:
             self.running.discard(request.request_id)
@@ -170,5 +188,18 @@ def _logprobs(token: str, top_k: int | None) -> list[TokenLogprob] | None:
 def _prompt_logprobs(request: GenerateRequest, position: int) -> list[TokenLogprob | None] | None:
     if position != 0 or request.sampling.prompt_logprobs is None:
         return None
-    words = (request.prompt or "").split()
+    words = _prompt_words(request)
     return [None] + [TokenLogprob(token=" " + w, logprob=-2.0, top=[]) for w in words[1:]]
+
+
+def _prompt_words(request: GenerateRequest) -> list[str]:
+    if request.prompt_token_ids is not None:
+        return ["x" * token_id for token_id in request.prompt_token_ids]
+    return (request.prompt or "").split()
+
+
+def _prompt_texts(request: GenerateRequest, position: int) -> list[str] | None:
+    if position != 0 or request.sampling.prompt_logprobs is None:
+        return None
+    words = _prompt_words(request)
+    return words[:1] + [" " + w for w in words[1:]]

@@ -75,10 +75,51 @@ def render_chat(
     messages: list[dict[str, Any]],
     *,
     add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
     special_tokens: dict[str, str] | None = None,
     template_kwargs: dict[str, Any] | None = None,
 ) -> str:
-    """Render a conversation into the prompt text the model expects."""
+    """Render a conversation into the prompt text the model expects.
+
+    `continue_final_message`: the last message (an assistant's) stays open, so that the
+    model continues it: the text after its content (the end-of-turn marker) is cut, as
+    Hugging Face's `apply_chat_template` and `vllm serve` do."""
+    if continue_final_message:
+        text = _render(source, messages, False, special_tokens, template_kwargs)
+        return _open_final_message(text, messages)
+    return _render(source, messages, add_generation_prompt, special_tokens, template_kwargs)
+
+
+def _open_final_message(text: str, messages: list[dict[str, Any]]) -> str:
+    content = messages[-1].get("content") if messages else None
+    if isinstance(content, list):  # text parts: the last one ends the message
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        content = parts[-1] if parts else None
+    if not isinstance(content, str) or not content.strip():
+        raise EngineRequestError(
+            "`continue_final_message` needs a final message with text content.",
+            param="continue_final_message",
+        )
+    cut = text.rfind(content.strip())
+    if cut < 0:
+        raise EngineRequestError(
+            "The chat template does not write the final message's content verbatim, so it "
+            "cannot be continued.",
+            param="continue_final_message",
+        )
+    # Trailing whitespace of the content stays when the template kept it (as in HF).
+    if text[cut : cut + len(content.lstrip())] == content:
+        return text[: cut + len(content.lstrip())]
+    return text[: cut + len(content.strip())]
+
+
+def _render(
+    source: str,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool,
+    special_tokens: dict[str, str] | None,
+    template_kwargs: dict[str, Any] | None,
+) -> str:
     context: dict[str, Any] = dict(template_kwargs or {})
     context.update(special_tokens or {})
     context["messages"] = messages

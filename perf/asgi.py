@@ -31,8 +31,11 @@ def http_scope(path: str, method: str = "POST") -> Scope:
     }
 
 
-async def post(app: Any, path: str, body: bytes) -> tuple[int, list[bytes]]:
-    """POST `body` to `path`; the status and every body part the app sent."""
+async def post(
+    app: Any, path: str, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> tuple[int, list[bytes]]:
+    """POST `body` to `path` (with extra `headers`); the status and every body part the
+    app sent."""
     received = False
     done = asyncio.Event()
 
@@ -60,5 +63,7 @@ async def post(app: Any, path: str, body: bytes) -> tuple[int, list[bytes]]:
             if not message.get("more_body", False):
                 done.set()
 
-    await app(http_scope(path), receive, send)
+    scope = http_scope(path)
+    scope["headers"] = scope["headers"] + (headers or [])
+    await app(scope, receive, send)
     return status, parts

@@ -35,6 +35,9 @@ class Tally:
     errors: int = 0
 
 
+AUTHORIZATION = ""  # "Authorization: Bearer ...\r\n" with --keys
+
+
 def _request(port: int, tokens: int, stream: bool) -> bytes:
     body = json.dumps(
         {
@@ -47,7 +50,8 @@ def _request(port: int, tokens: int, stream: bool) -> bytes:
     ).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"{AUTHORIZATION}\r\n"
     )
     return head.encode() + body
 
@@ -169,12 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short-tokens", type=int, default=16, help="tokens per plain request")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
     parser.add_argument("--granian-opt", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument(
+        "--keys",
+        action="store_true",
+        help="serve with --auth keys (a SQLite keys database, limits and usage metering)",
+    )
     args = parser.parse_args(argv)
     extra = [arg for opt in args.granian_opt for arg in ("--granian-opt", opt)]
     OUT.mkdir(exist_ok=True)
+    env = _keys_env() if args.keys else None
     server = Server(
         [sys.executable, "-m", "perf.scripted_app", "--port", str(args.port), *extra],
         OUT / "frontend_server.log",
+        env=env,
     )
     try:
         server.wait_healthy(f"http://127.0.0.1:{args.port}/health", timeout_s=60)
@@ -190,6 +201,26 @@ def main(argv: list[str] | None = None) -> int:
     (OUT / "frontend_ceiling.md").write_text(text + "\n")
     (OUT / "frontend_ceiling.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     return 0 if all(r.errors == 0 for r in results) else 1
+
+
+def _keys_env() -> dict[str, str]:
+    """A fresh keys database with one key whose limits never bind; the clients send it."""
+    import tempfile
+
+    from app.tenancy.db import open_database
+    from app.tenancy.keys import KeyLimits, KeyStore
+
+    global AUTHORIZATION
+    folder = tempfile.mkdtemp(prefix="lilac-ceiling-")
+
+    async def make_key() -> str:
+        database = await open_database(f"sqlite:///{folder}/lilac.db")
+        _, secret = await KeyStore(database).create("ceiling", KeyLimits(rpm=10**9, tpm=10**12))
+        await database.dispose()
+        return secret
+
+    AUTHORIZATION = f"Authorization: Bearer {asyncio.run(make_key())}\r\n"
+    return {"LILAC_BENCH_KEYS_DIR": folder}
 
 
 if __name__ == "__main__":

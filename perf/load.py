@@ -55,7 +55,6 @@ def server_argv(kind: str, args: argparse.Namespace, model_dir: str, port: int) 
         if kind != "ours-default":
             # `vllm serve` has no admission limits: lift ours above the largest concurrency.
             argv += ["--max-concurrent", "1024", "--max-queued", "1024"]
-            argv += ["--max-queued-per-client", "1024"]
         return argv
     return [
         *(sys.executable, "-m", "vllm.entrypoints.openai.api_server", *common),

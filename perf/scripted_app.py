@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from litestar import Litestar
@@ -22,12 +24,22 @@ TOKENS = ("Hello", ",", " world", "!", " The", " quick", " brown", " fox")
 
 
 # Admission limits out of the way: the ceiling measures the HTTP path, not the queue.
-SETTINGS = Settings(max_concurrent=4096, max_queued=4096, max_queued_per_client=4096)
+SETTINGS = Settings(max_concurrent=4096, max_queued=4096)
 
 
 def create() -> Litestar:
+    """With LILAC_BENCH_KEYS_DIR set: `--auth keys` on the SQLite database in that folder
+    (its keys made beforehand), metering every request."""
     engine = ScriptedEngine(TOKENS, served_names=(MODEL,), max_model_len=1 << 20)
-    return create_app(SETTINGS, engine=engine)
+    keys_dir = os.environ.get("LILAC_BENCH_KEYS_DIR")
+    if not keys_dir:
+        return create_app(SETTINGS, engine=engine)
+    from app.tenancy.db import create_engine
+    from app.tenancy.service import Tenancy
+
+    database = create_engine(f"sqlite:///{keys_dir}/lilac.db")
+    tenancy = Tenancy.with_database(database, Path(keys_dir) / "spool.jsonl")
+    return create_app(SETTINGS, engine=engine, tenancy=tenancy)
 
 
 def _granian_option(text: str) -> tuple[str, Any]:

@@ -56,6 +56,7 @@ class Route:
     delay_s: float = 0.0  # before the headers
     location: str | None = None  # a redirect
     chunked: bool = False  # no Content-Length
+    encoding: str | None = None  # a Content-Encoding header (the body is sent as given)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class ImageServer:
 
     routes: dict[str, Route] = field(default_factory=dict)
     hits: list[tuple[str, str]] = field(default_factory=list)  # (path, Host header)
+    accept_encodings: list[str | None] = field(default_factory=list)  # of each request
     port: int = 0
 
     def url(self, path: str) -> str:
@@ -82,6 +84,7 @@ def image_server(routes: dict[str, Route] | None = None) -> Iterator[ImageServer
 
         def do_GET(self) -> None:
             state.hits.append((self.path, self.headers.get("Host", "")))
+            state.accept_encodings.append(self.headers.get("Accept-Encoding"))
             route = state.routes.get(self.path)
             if route is None:
                 route = Route(b"not found", status=404, content_type="text/plain")
@@ -90,6 +93,8 @@ def image_server(routes: dict[str, Route] | None = None) -> Iterator[ImageServer
             try:
                 self.send_response(route.status)
                 self.send_header("Content-Type", route.content_type)
+                if route.encoding is not None:
+                    self.send_header("Content-Encoding", route.encoding)
                 if route.location is not None:
                     self.send_header("Location", route.location)
                 if route.chunked:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.response import Stream
 
+from app.request_body import read_json
 from app.routes.deps import ChatDep
 from app.routes.generation import respond
 from app.schemas.chat import chat_request_decoder
@@ -12,5 +13,5 @@ from app.schemas.chat import chat_request_decoder
 
 @post("/v1/chat/completions", status_code=200)
 async def create_chat_completion(request: Request, chat: ChatDep) -> Response[bytes] | Stream:
-    body = chat_request_decoder.decode(await request.body())
-    return await respond(request, chat, body)
+    body = await read_json(request, chat_request_decoder)
+    return await respond(request, chat, body, len(await request.body()))

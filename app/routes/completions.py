@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.response import Stream
 
+from app.request_body import read_json
 from app.routes.deps import CompletionsDep
 from app.routes.generation import respond
 from app.schemas.completions import completion_request_decoder
@@ -14,5 +15,5 @@ from app.schemas.completions import completion_request_decoder
 async def create_completion(
     request: Request, completions: CompletionsDep
 ) -> Response[bytes] | Stream:
-    body = completion_request_decoder.decode(await request.body())
-    return await respond(request, completions, body)
+    body = await read_json(request, completion_request_decoder)
+    return await respond(request, completions, body, len(await request.body()))

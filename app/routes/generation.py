@@ -1,5 +1,6 @@
-"""What the generation endpoints share: identify the client, then answer with a JSON
-body or an SSE stream. Services come by dependency injection (app.main)."""
+"""What the generation endpoints share: identify the client, check its key's limits,
+then answer with a JSON body or an SSE stream, metered. Services come by dependency
+injection (app.main); the tenancy object is the app's (`app.state.tenancy`)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,44 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.response import Stream
 
-from app.services.admission import client_key
+from app.routes.disconnect import until_disconnected
+from app.services.admission import clamp_priority, client_key
+from app.tenancy.service import RequestMeter, Tenancy, request_key
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _encoder = msgspec.json.Encoder()
 
 
 class GenerationService(Protocol):
-    async def complete(self, request: Any, client: str | None = None) -> Any: ...
+    async def complete(self, request: Any, client: str | None = None, meter: Any = None) -> Any: ...
 
-    async def open_stream(self, request: Any, client: str | None = None) -> Any: ...
+    async def open_stream(
+        self, request: Any, client: str | None = None, meter: Any = None
+    ) -> Any: ...
+
+    def reserved_tokens(self, request: Any, body_bytes: int) -> int: ...
 
 
 async def respond(
-    request: Request, service: GenerationService, body: Any
+    request: Request, service: GenerationService, body: Any, body_bytes: int = 0
 ) -> Response[bytes] | Stream:
     """`body` is the decoded request; errors raised here map in app.errors."""
-    client = client_key(request, body.user)
-    if body.stream:
-        frames = await service.open_stream(body, client)
-        return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await service.complete(body, client)
+    key = request_key(request)
+    client = client_key(request, body.user, key.id if key is not None else None)
+    body.priority = clamp_priority(body.priority, key.limits.priority if key is not None else 0)
+    meter: RequestMeter | None = None
+    if key is not None:
+        tenancy: Tenancy = request.app.state.tenancy
+        reserve = service.reserved_tokens(body, body_bytes)
+        meter = tenancy.begin(key, request.url.path, body.model, body.n, reserve)
+    try:
+        if body.stream:
+            # Admission, the queue and the first token: a client gone meanwhile ends them.
+            frames = await until_disconnected(request, service.open_stream(body, client, meter))
+            return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+        result = await until_disconnected(request, service.complete(body, client, meter))
+    except BaseException as exc:
+        if meter is not None:
+            meter.abandon(exc)
+        raise
     return Response(_encoder.encode(result), media_type=MediaType.JSON)

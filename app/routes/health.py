@@ -1,9 +1,16 @@
-"""GET /health for load balancers (200 only while admitting), GET /metrics for Prometheus."""
+"""Probes and metrics.
+
+GET /health is readiness: 200 only while the box admits work (what sglang-router and
+vLLM's router poll, and a Kubernetes readiness probe); 503 with `Retry-After` while the
+model loads, while draining and while yielded to the GPU's owner, so a router sends the
+request elsewhere. GET /health/live is liveness: 200 while the process and the engine
+are healthy, yielded or not; 503 only once the engine has died (restart the process).
+GET /metrics: lilac-serve's `lilac_` series, then vLLM's `vllm:` series."""
 
 from __future__ import annotations
 
 from litestar import MediaType, Response, get
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from app.errors import ServiceUnavailable
 from app.routes.deps import AdmissionDep, EngineDep, RegistryDep
@@ -11,6 +18,13 @@ from app.routes.deps import AdmissionDep, EngineDep, RegistryDep
 
 @get("/health", media_type=MediaType.JSON)
 async def health(engine: EngineDep, admission: AdmissionDep) -> dict[str, str]:
+    failure = engine.failure()
+    if failure is not None:
+        raise ServiceUnavailable(
+            f"The engine failed ({failure}); the server is exiting to be restarted.",
+            retry_after=5,
+            code="engine_dead",
+        )
     if not engine.is_ready():
         raise ServiceUnavailable("The model is still loading.", retry_after=5)
     if not admission.admitting():
@@ -24,6 +38,16 @@ async def health(engine: EngineDep, admission: AdmissionDep) -> dict[str, str]:
     return {"status": "ok"}
 
 
+@get("/health/live", media_type=MediaType.JSON)
+async def liveness(engine: EngineDep, admission: AdmissionDep) -> dict[str, str]:
+    if not engine.is_alive():
+        raise ServiceUnavailable("The engine has failed; restart the server.", retry_after=5)
+    loading = "loading" if not engine.is_ready() else str(admission.state)
+    return {"status": "alive", "state": loading}
+
+
 @get("/metrics")
 async def metrics(registry: RegistryDep) -> Response[bytes]:
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    # The two registries hold different names (`lilac_` and `vllm:`), so they concatenate.
+    body = generate_latest(registry) + generate_latest(REGISTRY)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

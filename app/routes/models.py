@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from litestar import get
+from litestar import Request, get
 
 from app.routes.deps import EngineDep
 from app.schemas.models import ModelCard, ModelList
+from app.tenancy.service import request_key
 
 
 @get("/v1/models")
-async def list_models(engine: EngineDep) -> ModelList:
+async def list_models(request: Request, engine: EngineDep) -> ModelList:
+    """The served models; for a key limited to some models, only those."""
     info = engine.model
+    key = request_key(request)
+    names = info.served_names
+    if key is not None:
+        names = tuple(name for name in names if key.limits.allows_model(name))
     return ModelList(
         data=[
             ModelCard(
@@ -22,6 +28,6 @@ async def list_models(engine: EngineDep) -> ModelList:
                 family=info.family,
                 reasons_by_default=info.reasons_by_default,
             )
-            for name in info.served_names
+            for name in names
         ]
     )

@@ -1,11 +1,16 @@
-"""POST /tokenize and /detokenize: count tokens with the served model's own tokenizer."""
+"""POST /tokenize and /detokenize: count tokens with the served model's own tokenizer.
+
+Bodies are read and bounded as the generation endpoints' are (app.request_body), and
+rendering and tokenizing run off the event loop (engine.offload)."""
 
 from __future__ import annotations
 
 from litestar import Request, post
 
 from app.errors import InvalidRequest
+from app.request_body import read_json
 from app.routes.deps import EngineDep
+from app.schemas.chat import Message
 from app.schemas.tokenize import (
     DetokenizeResponse,
     TokenizeResponse,
@@ -15,11 +20,13 @@ from app.schemas.tokenize import (
 from app.services.chat import messages_for_template
 from app.services.images import image_refs
 from app.services.sampling import check_model
+from engine.offload import off_loop
+from engine.protocol import Engine
 
 
 @post("/tokenize", status_code=200)
 async def tokenize(request: Request, engine: EngineDep) -> TokenizeResponse:
-    body = tokenize_request_decoder.decode(await request.body())
+    body = await read_json(request, tokenize_request_decoder)
     if body.model is not None:
         check_model(engine, body.model)
     if (body.prompt is None) == (body.messages is None):
@@ -31,20 +38,29 @@ async def tokenize(request: Request, engine: EngineDep) -> TokenizeResponse:
                 "`/tokenize` counts text only; image parts are not accepted.",
                 param=images[0].param,
             )
-        tokens = engine.tokenize(
-            messages=messages_for_template(body.messages),
-            add_generation_prompt=body.add_generation_prompt,
+        tokens = await off_loop(
+            _tokenize_messages, engine, body.messages, body.add_generation_prompt
         )
     else:
-        tokens = engine.tokenize(prompt=body.prompt, add_special_tokens=body.add_special_tokens)
+        tokens = await off_loop(
+            engine.tokenize, prompt=body.prompt, add_special_tokens=body.add_special_tokens
+        )
     return TokenizeResponse(
         count=len(tokens), max_model_len=engine.model.max_model_len, tokens=tokens
     )
 
 
+def _tokenize_messages(
+    engine: Engine, messages: list[Message], add_generation_prompt: bool
+) -> list[int]:
+    return engine.tokenize(
+        messages=messages_for_template(messages), add_generation_prompt=add_generation_prompt
+    )
+
+
 @post("/detokenize", status_code=200)
 async def detokenize(request: Request, engine: EngineDep) -> DetokenizeResponse:
-    body = detokenize_request_decoder.decode(await request.body())
+    body = await read_json(request, detokenize_request_decoder)
     if body.model is not None:
         check_model(engine, body.model)
-    return DetokenizeResponse(prompt=engine.detokenize(body.tokens))
+    return DetokenizeResponse(prompt=await off_loop(engine.detokenize, body.tokens))

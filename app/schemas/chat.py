@@ -66,6 +66,9 @@ class ToolMessage(Struct, tag_field="role", tag="tool"):
 
 Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
 
+# OpenAI's values (the openai package's ReasoningEffort); `max` is also GLM's own.
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):
     messages: Annotated[list[Message], Meta(min_length=1)]
@@ -74,25 +77,48 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     max_completion_tokens: PositiveInt | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
-    tools: list[Tool] | None = None
+    tools: Annotated[list[Tool], Meta(max_length=128)] | None = None  # OpenAI's limit
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     # Reasoning controls. Their meaning (and allowed values) depends on the model's
     # family (engine.families): the engine validates them, and a bad value is a 400.
     chat_template_kwargs: dict[str, Any] | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: ReasoningEffort | None = None
     thinking: bool | None = None
     enable_thinking: bool | None = None
+    # vLLM's chat extensions: the prompt's shape, and what the template sees.
+    echo: bool = False  # prepend the last message's content when it is the answer's role
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    documents: list[dict[str, str]] | None = None
+    # Refused unless left at vLLM's default (app.services.extensions.REFUSED).
+    chat_template: Any = UNSET
+    media_io_kwargs: Any = UNSET
+    mm_processor_kwargs: Any = UNSET
+    include_reasoning: Any = UNSET
+    return_prompt_text: Any = UNSET
 
 
 # ---------------------------------------------------------------- response
+
+
+class PromptTokensDetails(Struct):
+    cached_tokens: int = 0  # served from the prefix cache
+
+
+class CompletionTokensDetails(Struct):
+    reasoning_tokens: int = 0  # chain of thought, counted in completion_tokens too
 
 
 class Usage(Struct):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = msgspec.field(default_factory=PromptTokensDetails)
+    completion_tokens_details: CompletionTokensDetails = msgspec.field(
+        default_factory=CompletionTokensDetails
+    )
 
 
 class TopLogprob(Struct):

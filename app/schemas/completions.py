@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from app.schemas.chat import Usage
-from app.schemas.sampling import PositiveInt, SamplingFields
+from app.schemas.sampling import PositiveInt, SamplingFields, TokenId
+from app.schemas.tools import ResponseFormat
 
 Prompt = Annotated[str, Meta(min_length=1)]
+TokenPrompt = Annotated[list[TokenId], Meta(min_length=1)]
+MAX_PROMPTS = 64
+# A string; or a list of strings, of token ids (one pre-tokenized prompt) or of lists of
+# token ids (msgspec takes one array type per union: the service checks that a list
+# holds one kind, and at most MAX_PROMPTS prompts).
+PromptField = Prompt | Annotated[list[Prompt | TokenId | TokenPrompt], Meta(min_length=1)]
 
 
 class CompletionRequest(SamplingFields, kw_only=True):
-    prompt: Prompt | Annotated[list[Prompt], Meta(min_length=1, max_length=64)]
+    prompt: PromptField
     max_tokens: PositiveInt = 16
     echo: bool = False
     # The number of alternatives per token to return (OpenAI allows up to 5).
     logprobs: Annotated[int, Meta(ge=0, le=5)] | None = None
+    response_format: ResponseFormat | None = None  # vLLM takes it here too
+    suffix: Any = UNSET  # refused (app.services.extensions.REFUSED)
 
 
 class CompletionLogprobs(Struct):

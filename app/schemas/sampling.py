@@ -10,6 +10,8 @@ from typing import Annotated
 
 from msgspec import Meta, Struct
 
+from app.schemas.extensions import TokenId, VLLMExtensionFields
+
 Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
 TopK = Annotated[int, Meta(ge=-1)]
@@ -18,7 +20,6 @@ Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
 RepetitionPenalty = Annotated[float, Meta(gt=0.0, le=10.0)]
 Bias = Annotated[float, Meta(ge=-100.0, le=100.0)]
 PositiveInt = Annotated[int, Meta(ge=1)]
-TokenId = Annotated[int, Meta(ge=0)]
 Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 StopString = Annotated[str, Meta(min_length=1)]
 Stop = StopString | Annotated[list[StopString], Meta(max_length=4)]
@@ -27,10 +28,11 @@ ChoiceCount = Annotated[int, Meta(ge=1, le=128)]
 
 class StreamOptions(Struct):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: not implemented (a 400 when true)
 
 
-class SamplingFields(Struct, kw_only=True):
-    """Fields every generation endpoint takes."""
+class SamplingFields(VLLMExtensionFields, kw_only=True):
+    """Fields every generation endpoint takes (vLLM's extensions included)."""
 
     model: str
     temperature: Temperature | None = None

@@ -6,12 +6,14 @@ import hashlib
 
 from litestar import Request
 
+from app.errors import InvalidRequest
 from app.settings import Settings
 from engine.admission.lending import parse_windows
 from engine.admission.policy import Policy
 from engine.admission.probes import Probe, make_probe
 from engine.admission.runtime import AdmissionController
-from engine.protocol import Engine
+from engine.checks import default_output_tokens
+from engine.protocol import Engine, GenerateRequest
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -31,8 +33,8 @@ def policy_from(settings: Settings) -> Policy:
         max_concurrent=settings.max_concurrent,
         throttled_concurrent=settings.throttled_concurrent,
         max_queued=settings.max_queued,
-        max_queued_per_client=settings.max_queued_per_client,
         queue_timeout_s=settings.queue_timeout,
+        max_request_tokens=settings.max_request_tokens,
         kv_budget_tokens=settings.kv_budget_tokens,
         release_memory=settings.release_memory,
         windows=windows,
@@ -55,9 +57,42 @@ def build_controller(
     return AdmissionController(policy_from(settings), probe or probe_from(settings), engine)
 
 
-def client_key(request: Request, user: str | None) -> str:
-    """Whom fairness counts a request against: its API key (hashed: the key itself is
-    never kept), else the `user` field, else the peer address."""
+# The most urgent priority a request without an API key may ask for (lower is sooner).
+PUBLIC_PRIORITY_FLOOR = 0
+
+
+def clamp_priority(requested: int, floor: int = PUBLIC_PRIORITY_FLOOR) -> int:
+    """The priority a request runs at: what it asked for, but never more urgent than
+    `floor` (its key's tier; 0 without keys). Asking to go later is always allowed."""
+    return max(requested, floor)
+
+
+def check_request_work(
+    generates: list[GenerateRequest], max_model_len: int, max_request_tokens: int
+) -> None:
+    """Refuse (400) a request whose choices may generate more than `max_request_tokens`
+    in all: `n` x `max_tokens` (its model default when left out), over every prompt."""
+    total = 0
+    for generate in generates:
+        sampling = generate.sampling
+        per_choice = sampling.max_tokens or default_output_tokens(max_model_len)
+        total += sampling.n * per_choice
+    if max_request_tokens > 0 and total > max_request_tokens:
+        param = "n" if len(generates) == 1 and generates[0].sampling.n > 1 else "max_tokens"
+        raise InvalidRequest(
+            f"This request may generate up to {total} tokens (`n` x `max_tokens` over every "
+            f"prompt); the server allows {max_request_tokens} per request.",
+            param=param,
+            code="request_too_large",
+        )
+
+
+def client_key(request: Request, user: str | None, key_id: str | None = None) -> str:
+    """Whom fairness counts a request against: the authenticated key's id when there
+    is one (nothing the client can vary), else its bearer token (hashed: the token
+    itself is never kept), else the `user` field, else the peer address."""
+    if key_id is not None:
+        return "key:" + key_id
     authorization = request.headers.get("authorization", "")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() == "bearer" and token.strip():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, ServiceUnavailable
 from app.schemas.chat import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -21,12 +21,13 @@ from app.schemas.chat import (
     Delta,
     Message,
     ResponseMessage,
+    TextPart,
     TokenLogprob,
     TopLogprob,
     Usage,
 )
 from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
-from app.services.images import ImageLoader, template_content
+from app.services.images import ImageLoader, image_refs, template_content
 from app.services.sampling import check_common, sampling_options
 from app.services.tools import (
     ToolCallCollector,
@@ -36,6 +37,7 @@ from app.services.tools import (
 )
 from engine import protocol
 from engine.admission.runtime import AdmissionController
+from engine.offload import off_loop
 from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 
 
@@ -99,6 +101,11 @@ def engine_request(
     if request.top_logprobs is not None and not request.logprobs:
         raise InvalidRequest("`top_logprobs` requires `logprobs: true`.", param="top_logprobs")
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
+    if request.continue_final_message and request.add_generation_prompt:
+        raise InvalidRequest(
+            "`continue_final_message` needs `add_generation_prompt: false`.",
+            param="continue_final_message",
+        )
     return GenerateRequest(
         request_id=request_id,
         sampling=sampling_options(request, max_tokens=max_tokens, logprobs=logprobs),
@@ -108,7 +115,31 @@ def engine_request(
         **tool_fields(request),
         client=client,
         priority=request.priority,
+        add_generation_prompt=request.add_generation_prompt,
+        continue_final_message=request.continue_final_message,
+        documents=request.documents,
     )
+
+
+def echoed_text(request: ChatCompletionRequest) -> str:
+    """With `echo`: the last message's text when it has the answer's role (`assistant`,
+    or the last message's own role without a generation prompt), as `vllm serve` echoes."""
+    if not request.echo:
+        return ""
+    last = request.messages[-1]
+    role = last.__struct_config__.tag
+    if request.add_generation_prompt and role != "assistant":
+        return ""
+    content = last.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content if isinstance(part, TextPart))
+
+
+def generate_has_images(request: ChatCompletionRequest) -> bool:
+    return bool(image_refs(request.messages))
 
 
 class ChatService(GenerationService[ChatCompletionRequest]):
@@ -123,8 +154,16 @@ class ChatService(GenerationService[ChatCompletionRequest]):
     async def engine_requests(
         self, request: ChatCompletionRequest, request_id: str, client: str | None
     ) -> list[GenerateRequest]:
-        """Checks first; images are fetched and decoded only for an otherwise valid request."""
-        generate = engine_request(request, request_id, client)
+        """Checks first (off the event loop: schema checks take time in proportion to the
+        schemas); images are fetched and decoded only for an otherwise valid request, and
+        only while admission admits (a draining server fetches nothing)."""
+        generate = await off_loop(engine_request, request, request_id, client)
+        if generate_has_images(request) and not self._admission.admitting():
+            raise ServiceUnavailable(
+                "The server is not admitting requests now; images are not fetched.",
+                self._admission.retry_after_s(),
+                code="draining",
+            )
         generate.images = await self._images.load(request.messages, self._engine)
         return [generate]
 
@@ -157,9 +196,14 @@ class ChatGeneration(Generation[ChatChoiceState]):
         self._n = request.n
         self._wants_logprobs = bool(request.logprobs)
         self._started: set[int] = set()
+        self._echo = echoed_text(request)
 
     def choice_states(self) -> dict[int, ChatChoiceState]:
-        return {i: ChatChoiceState(i) for i in range(self._n)}
+        states = {i: ChatChoiceState(i) for i in range(self._n)}
+        if self._echo:
+            for state in states.values():
+                state.text.append(self._echo)
+        return states
 
     def state_of(
         self, states: dict[int, ChatChoiceState], position: int, delta: ChoiceDelta
@@ -192,10 +236,12 @@ class ChatGeneration(Generation[ChatChoiceState]):
         self, position: int, output: GenerateOutput, delta: ChoiceDelta
     ) -> ChatCompletionChunk | None:
         role: Literal["assistant"] | None = None
+        text = delta.text
         if delta.index not in self._started:
             self._started.add(delta.index)
             role = "assistant"
-        if not (delta.text or delta.reasoning or role or delta.finish_reason or delta.tool_calls):
+            text = self._echo + text
+        if not (text or delta.reasoning or role or delta.finish_reason or delta.tool_calls):
             return None
         tool_calls = wire_deltas(delta.tool_calls) if delta.tool_calls else None
         # The first chunk carries content "" with the role, unless it carries
@@ -205,7 +251,7 @@ class ChatGeneration(Generation[ChatChoiceState]):
             index=delta.index,
             delta=Delta(
                 role=role,
-                content=delta.text if delta.text or first_content else None,
+                content=text if text or first_content else None,
                 reasoning=delta.reasoning or None,
                 tool_calls=tool_calls,
             ),

@@ -9,20 +9,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.errors import InvalidRequest
 from app.schemas.chat import Usage
 from app.schemas.completions import (
+    MAX_PROMPTS,
     Completion,
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
 )
+from app.services.extensions import extension_fields
 from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
 from app.services.sampling import check_common, sampling_options
+from app.services.tools import response_format_constraint
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, TokenLogprob
 
 
 class LogprobsBuilder:
-    """Accumulates the legacy logprobs shape (parallel lists) for one choice."""
+    """Accumulates the legacy logprobs shape (parallel lists) for one choice: `tokens`
+    joined give back the text, and each `text_offset` is where its token starts."""
 
     def __init__(self, offset: int = 0) -> None:
         self.offset = offset
@@ -30,23 +35,72 @@ class LogprobsBuilder:
             tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[]
         )
 
-    def add(self, entries: Sequence[TokenLogprob | None]) -> None:
-        for entry in entries:
+    def add_prompt(self, entries: Sequence[TokenLogprob | None], texts: Sequence[str]) -> None:
+        """Echoed prompt tokens; `texts` has each one's text (the first one has no entry:
+        nothing predicted it, yet its text starts the prompt)."""
+        for entry, text in zip(entries, texts, strict=False):
+            if entry is not None:
+                self.add([entry])
+                continue
             lists = self.logprobs
             lists.text_offset.append(self.offset)
-            if entry is None:  # the first prompt token: nothing predicted it
-                lists.tokens.append("")
-                lists.token_logprobs.append(None)
-                lists.top_logprobs.append(None)
+            lists.tokens.append(text)
+            lists.token_logprobs.append(None)
+            lists.top_logprobs.append(None)
+            self.offset += len(text)
+
+    def add(self, entries: Sequence[TokenLogprob | None]) -> None:
+        for entry in entries:
+            if entry is None:  # a prompt token without its text: keep the lists aligned
+                self.add_prompt([None], [""])
                 continue
+            lists = self.logprobs
+            lists.text_offset.append(self.offset)
             lists.tokens.append(entry.token)
             lists.token_logprobs.append(entry.logprob)
             lists.top_logprobs.append({top.token: top.logprob for top in entry.top})
             self.offset += len(entry.token)
 
 
-def _prompts(request: CompletionRequest) -> list[str]:
-    return [request.prompt] if isinstance(request.prompt, str) else list(request.prompt)
+Prompt = str | list[int]
+
+
+def prompts_of(request: CompletionRequest) -> list[Prompt]:
+    """The request's prompts: strings, or token-id lists; a list mixing kinds is a 400."""
+    prompt = request.prompt
+    if isinstance(prompt, str):
+        return [prompt]
+    if all(isinstance(item, int) for item in prompt):
+        return [list(prompt)]  # type: ignore[arg-type]  # all ints: one token prompt
+    if all(isinstance(item, str) for item in prompt) or all(
+        isinstance(item, list) for item in prompt
+    ):
+        if len(prompt) > MAX_PROMPTS:
+            raise InvalidRequest(
+                f"`prompt` holds {len(prompt)} prompts; at most {MAX_PROMPTS} per request.",
+                param="prompt",
+            )
+        return list(prompt)  # type: ignore[arg-type]  # all str or all lists, checked above
+    raise InvalidRequest(
+        "`prompt` must be a string, a list of strings, a list of token ids or a list of "
+        "lists of token ids (not a mix).",
+        param="prompt",
+    )
+
+
+def check_token_prompts(prompts: list[Prompt], vocab_size: int) -> None:
+    if not vocab_size:
+        return
+    for position, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            continue
+        for token_id in prompt:
+            if token_id >= vocab_size:
+                where = "prompt" if len(prompts) == 1 else f"prompt[{position}]"
+                raise InvalidRequest(
+                    f"Token id {token_id} is outside the model's vocabulary (0..{vocab_size - 1}).",
+                    param=where,
+                )
 
 
 class CompletionService(GenerationService[CompletionRequest]):
@@ -57,25 +111,35 @@ class CompletionService(GenerationService[CompletionRequest]):
     ) -> list[GenerateRequest]:
         """One engine request per prompt, each with the request's `n`."""
         check_common(request, request.max_tokens)
+        prompts = prompts_of(request)
+        check_token_prompts(prompts, self._engine.model.vocab_size)
         options = sampling_options(
             request,
             max_tokens=request.max_tokens,
             logprobs=request.logprobs,
             prompt_logprobs=request.logprobs if request.echo else None,
         )
+        extensions = extension_fields(request, response_format_constraint(request.response_format))
         return [
             GenerateRequest(
                 request_id=f"{request_id}-{i}",
                 sampling=options,
-                prompt=prompt,
+                prompt=prompt if isinstance(prompt, str) else None,
+                prompt_token_ids=None if isinstance(prompt, str) else prompt,
                 client=client,
                 priority=request.priority,
+                **extensions,
             )
-            for i, prompt in enumerate(_prompts(request))
+            for i, prompt in enumerate(prompts)
         ]
 
     def generation(self, request: CompletionRequest, request_id: str) -> CompletionGeneration:
-        return CompletionGeneration(request, request_id)
+        """Echoed token-id prompts are echoed as their text (as `vllm serve` does)."""
+        texts = [
+            p if isinstance(p, str) else self._engine.detokenize(p) if request.echo else ""
+            for p in prompts_of(request)
+        ]
+        return CompletionGeneration(request, request_id, texts)
 
 
 @dataclass(slots=True)
@@ -87,10 +151,10 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
     """The `text_completion` shape of one request, whole or in chunks; choice
     `position * n + i` is the i-th choice of prompt `position`."""
 
-    def __init__(self, request: CompletionRequest, request_id: str) -> None:
+    def __init__(self, request: CompletionRequest, request_id: str, prompts: list[str]) -> None:
         super().__init__(request_id, request.model, include_usage(request))
         self._request = request
-        self._prompts = _prompts(request)
+        self._prompts = prompts  # the text of each prompt, for echo
         self._echoed: set[int] = set()
         self._builders: dict[int, LogprobsBuilder] = {}  # streamed: text offsets so far
 
@@ -115,7 +179,7 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
         for j in range(n):
             builder = states[position * n + j].logprobs
             if builder is not None:
-                builder.add(out.prompt_logprobs)
+                builder.add_prompt(out.prompt_logprobs, out.prompt_token_texts or [])
 
     def state_of(
         self, states: dict[int, CompletionChoiceState], position: int, delta: ChoiceDelta
@@ -148,7 +212,7 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
             previous = self._builders.get(index)
             builder = LogprobsBuilder(previous.offset if previous is not None else 0)
             if output.prompt_logprobs is not None:
-                builder.add(output.prompt_logprobs)
+                builder.add_prompt(output.prompt_logprobs, output.prompt_token_texts or [])
             builder.add(delta.logprobs or [])
             self._builders[index] = builder
             logprobs = builder.logprobs

@@ -21,13 +21,16 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from msgspec import UNSET
 
-from app.schemas.chat import Usage
+from app.observability import context
+from app.schemas.chat import CompletionTokensDetails, PromptTokensDetails, Usage
 from app.schemas.sampling import SamplingFields
+from app.services.admission import check_request_work
 from app.services.sampling import check_model
-from app.services.streaming import open_sse
+from app.services.streaming import RequestEnd, open_sse
 from app.sse import frame
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
+from engine.checks import default_output_tokens
 from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 from engine.streams import merge
 
@@ -59,7 +62,10 @@ class Generation(ABC, Generic[StateT]):
         # else absent (UNSET is never encoded).
         self.chunk_usage = None if include_usage else UNSET
         self._prompt_tokens: dict[int, int] = {}
+        self._cached_tokens: dict[int, int] = {}
         self._completion_tokens = 0
+        self._reasoning_tokens = 0
+        self.first_output_at: float | None = None  # time.monotonic() of the first output
 
     # ------------------------------------------------------------ the endpoint's shapes
 
@@ -96,13 +102,26 @@ class Generation(ABC, Generic[StateT]):
     def usage(self) -> Usage:
         prompt = sum(self._prompt_tokens.values())
         completion = self._completion_tokens
-        return Usage(prompt, completion, prompt + completion)
+        return Usage(
+            prompt,
+            completion,
+            prompt + completion,
+            PromptTokensDetails(sum(self._cached_tokens.values())),
+            CompletionTokensDetails(self._reasoning_tokens),
+        )
+
+    def _count_prompt(self, position: int, output: GenerateOutput) -> None:
+        if self.first_output_at is None:
+            self.first_output_at = time.monotonic()
+        self._prompt_tokens[position] = output.prompt_tokens
+        self._cached_tokens[position] = output.cached_tokens
 
     def accumulate(self, states: dict[int, StateT], position: int, output: GenerateOutput) -> None:
-        self._prompt_tokens[position] = output.prompt_tokens
+        self._count_prompt(position, output)
         self.absorb_output(states, position, output)
         for delta in output.choices:
             self._completion_tokens += delta.token_count
+            self._reasoning_tokens += delta.reasoning_token_count
             state = self.state_of(states, position, delta)
             state.text.append(delta.text)
             if delta.finish_reason is not None:
@@ -112,10 +131,11 @@ class Generation(ABC, Generic[StateT]):
     def frames(self, output: GenerateOutput, position: int = 0) -> list[bytes]:
         """SSE frames of one engine output: a chunk per delta that has something to say.
         The per-token path: keep it to one hook call per delta."""
-        self._prompt_tokens[position] = output.prompt_tokens
+        self._count_prompt(position, output)
         frames = []
         for delta in output.choices:
             self._completion_tokens += delta.token_count
+            self._reasoning_tokens += delta.reasoning_token_count
             chunk = self.delta_chunk(position, output, delta)
             if chunk is not None:
                 frames.append(frame(chunk))
@@ -152,8 +172,14 @@ class GenerationService(ABC, Generic[RequestT]):
     def generation(self, request: RequestT, request_id: str) -> Generation[Any]:
         """The wire shapes of this request's response."""
 
-    async def complete(self, request: RequestT, client: str | None = None) -> Any:
+    async def complete(
+        self, request: RequestT, client: str | None = None, meter: RequestEnd | None = None
+    ) -> Any:
+        """`meter`, when given, reads the generation's usage and is finished (the usage
+        record made durable) before the body is returned."""
         generation, generates = await self._start(request, client)
+        if meter is not None:
+            meter.generation = generation
         states = generation.choice_states()
         outputs = self._outputs(generates)
         if len(generates) == 1:
@@ -162,24 +188,56 @@ class GenerationService(ABC, Generic[RequestT]):
         else:
             async for position, output in outputs:
                 generation.accumulate(states, position, output)
-        return generation.body(states, generation.usage())
+        body = generation.body(states, generation.usage())
+        if meter is not None:
+            await meter.finish()
+        return body
 
     async def open_stream(
-        self, request: RequestT, client: str | None = None
+        self, request: RequestT, client: str | None = None, meter: RequestEnd | None = None
     ) -> AsyncIterator[bytes]:
-        """Errors of the request are raised here, before any byte of the stream."""
+        """Errors of the request are raised here, before any byte of the stream; `meter`
+        is finished before the stream's last frame."""
         generation, generates = await self._start(request, client)
+        if meter is not None:
+            meter.generation = generation
         outputs = self._outputs(generates)
         frames: Any = generation.frames if len(generates) == 1 else generation.indexed_frames
-        return await open_sse(outputs, frames, generation.closing_frames)
+        return await open_sse(outputs, frames, generation.closing_frames, meter)
+
+    def reserved_tokens(self, request: RequestT, body_bytes: int) -> int:
+        """Tokens a request may use, before it is tokenized, for per-key token limits: a
+        generous prompt estimate (a token per 4 bytes of the request body) plus every
+        choice's output budget (without `max_tokens`, the model's default)."""
+        prompt = body_bytes // 4
+        limit = getattr(request, "max_completion_tokens", None) or getattr(
+            request, "max_tokens", None
+        )
+        if limit is None:
+            limit = default_output_tokens(self._engine.model.max_model_len)
+        prompts = getattr(request, "prompt", None)
+        count = len(prompts) if isinstance(prompts, list) else 1
+        return prompt + count * request.n * limit
 
     async def _start(
         self, request: RequestT, client: str | None
     ) -> tuple[Generation[Any], list[GenerateRequest]]:
+        record = context.current()
+        if record is not None:
+            record.model = request.model
         check_model(self._engine, request.model)
-        request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+        # The HTTP request's id (X-Request-Id) names the engine request and the response.
+        if record is not None:
+            request_id = record.engine_request_id(self.id_prefix)
+        else:
+            request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         generates = await self.engine_requests(request, request_id, client)
-        return self.generation(request, request_id), generates
+        policy = self._admission.policy
+        check_request_work(generates, self._engine.model.max_model_len, policy.max_request_tokens)
+        generation = self.generation(request, request_id)
+        if record is not None:
+            record.generation = generation
+        return generation, generates
 
     def _outputs(self, generates: list[GenerateRequest]) -> AsyncGenerator[Any, None]:
         """The one call into the engine. One request: its outputs as they come (no

@@ -8,6 +8,16 @@ was checked, so a second DNS answer cannot point it elsewhere. Decoding (Pillow)
 PNG, JPEG, WebP and GIF (the first frame), refuses images over a pixel limit before
 decompressing them, and yields RGB images for the engine.
 
+Bodies are fetched as sent (`Accept-Encoding: identity`; a `Content-Encoding` other
+than identity is refused), so that a few hundred bytes of stacked gzip cannot expand
+past the size limit before it is checked. Decoding runs in a small pool of its own
+(not the default executor, where the GPU probe runs), and the bytes of images being
+fetched or decoded, across all requests, are bounded (`ImageLimits.bytes_in_flight`):
+over it a request gets a 503 `images_busy` rather than more memory. An address is
+judged public after unwrapping the IPv4 address an IPv6 one may carry (IPv4-mapped
+and -compatible, NAT64, 6to4, Teredo); errors name the URL's host, never the address
+it resolved to.
+
 Every failure is an `InvalidRequest` (400) whose `param` names the part, e.g.
 `messages[1].content[2].image_url`. Images load concurrently; the first failure cancels
 the others, so nothing is left running.
@@ -23,6 +33,7 @@ import ipaddress
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -31,7 +42,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 from PIL import Image, UnidentifiedImageError
 
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, ServiceUnavailable
 from app.schemas.chat import Content, ImagePart, Message, TextPart, UserContent
 from engine.checks import require_image_input, require_ready
 from engine.errors import EngineRequestError
@@ -39,6 +50,12 @@ from engine.protocol import ImageInput, ModelHost
 
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 MAX_REDIRECTS = 3
+IN_FLIGHT_IMAGES = 4  # images of the largest size that may be in flight at once
+DECODE_WORKERS = 2
+
+# Decoding is CPU work off the event loop, in a pool of its own: a burst of images
+# must not delay the GPU probe (default executor) or the request-work pool.
+_decode_pool = ThreadPoolExecutor(max_workers=DECODE_WORKERS, thread_name_prefix="lilac-image")
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -50,6 +67,8 @@ class ImageLimits:
     max_pixels: int = 25_000_000  # one image, width x height
     fetch_timeout_s: float = 10.0  # one URL: connect, redirects and body, in all
     allow_private: bool = False  # URLs may reach private, loopback and link-local addresses
+    # Encoded bytes of images being fetched or decoded, all requests together.
+    bytes_in_flight: int = 4 * 20 * 1024 * 1024
 
     @classmethod
     def from_settings(cls, settings: Any) -> ImageLimits:
@@ -59,6 +78,7 @@ class ImageLimits:
             max_pixels=settings.max_image_pixels,
             fetch_timeout_s=settings.image_fetch_timeout,
             allow_private=settings.allow_private_image_urls,
+            bytes_in_flight=IN_FLIGHT_IMAGES * settings.max_image_bytes,
         )
 
 
@@ -111,6 +131,43 @@ def template_content(content: Content | UserContent | None) -> str | list[dict[s
     ]
 
 
+class ByteBudget:
+    """Bytes held by images in flight, across requests. Taking is all-or-nothing and
+    never waits: over the bound a request gets a 503 (retry shortly)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, count: int) -> None:
+        if self.used + count > self.limit:
+            raise ServiceUnavailable(
+                "Too many image bytes are being fetched or decoded now; retry shortly.",
+                retry_after=1,
+                code="images_busy",
+            )
+        self.used += count
+
+    def give(self, count: int) -> None:
+        self.used -= count
+
+
+class _Held:
+    """What one image holds of the budget, given back once it is decoded (or failed)."""
+
+    def __init__(self, budget: ByteBudget) -> None:
+        self.budget = budget
+        self.count = 0
+
+    def take(self, count: int) -> None:
+        self.budget.take(count)
+        self.count += count
+
+    def give_all(self) -> None:
+        self.budget.give(self.count)
+        self.count = 0
+
+
 class ImageLoader:
     def __init__(
         self,
@@ -122,6 +179,7 @@ class ImageLoader:
         self.limits = limits or ImageLimits()
         self._resolve = resolver or _resolve
         self._transport = transport
+        self.budget = ByteBudget(max(self.limits.bytes_in_flight, self.limits.max_bytes))
 
     async def load(self, messages: Sequence[Message], engine: ModelHost) -> list[ImageInput]:
         """The request's images in order; [] without image parts. Checks that the model
@@ -151,10 +209,13 @@ class ImageLoader:
                     group.create_task(self.load_one(ref, source))
                     for ref, source in zip(refs, sources, strict=True)
                 ]
-        except* ImageError as failures:
-            # The first failure cancels the rest; of failures at once, the earliest part.
+        except* (ImageError, ServiceUnavailable) as failures:
+            # The first failure cancels the rest; of failures at once, the earliest part
+            # (an image's own fault before the server being busy).
             errors = [e for e in failures.exceptions if isinstance(e, ImageError)]
-            raise min(errors, key=lambda e: e.position) from None
+            if errors:
+                raise min(errors, key=lambda e: e.position) from None
+            raise failures.exceptions[0] from None
         return [
             ImageInput(task.result(), ref.detail) for task, ref in zip(tasks, refs, strict=True)
         ]
@@ -173,11 +234,23 @@ class ImageLoader:
         )
 
     async def load_one(self, ref: ImageRef, source: bytes | str) -> Image.Image:
-        data = source if isinstance(source, bytes) else await self.fetch(ref)
-        # Decoding is CPU work: off the event loop. Bounded by the pixel limit.
-        return await asyncio.to_thread(decode_image, ref, data, self.limits.max_pixels)
+        held = _Held(self.budget)
+        try:
+            if isinstance(source, bytes):
+                held.take(len(source))
+                data = source
+            else:
+                data = await self.fetch(ref, held)
+            # Decoding is CPU work: off the event loop. Bounded by the pixel limit.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                _decode_pool, decode_image, ref, data, self.limits.max_pixels
+            )
+        finally:
+            held.give_all()
 
-    async def fetch(self, ref: ImageRef) -> bytes:
+    async def fetch(self, ref: ImageRef, held: _Held | None = None) -> bytes:
+        held = held or _Held(ByteBudget(self.limits.max_bytes))
         limits = self.limits
         try:
             async with (
@@ -198,7 +271,7 @@ class ImageLoader:
                         if response.is_redirect and "location" in response.headers:
                             url = urljoin(url, response.headers["location"])
                             continue
-                        return await self._body(ref, response)
+                        return await self._body(ref, response, held)
                     finally:
                         await response.aclose()
                 raise ImageError(ref, f"more than {MAX_REDIRECTS} redirects.", "image_fetch_failed")
@@ -237,16 +310,23 @@ class ImageLoader:
         if not self.limits.allow_private:
             for address in addresses:
                 if not is_public(address):
+                    # The host, not the address: the address would tell a client what
+                    # the server's network resolves internally.
                     raise ImageError(
                         ref,
-                        f"the image URL points to a non-public address ({address}); "
-                        "the server does not fetch from private, loopback or link-local "
+                        f"the image URL's host `{host}` is not a public address; the server "
+                        "does not fetch from private, loopback, link-local or reserved "
                         "addresses.",
                         "image_url_not_allowed",
                     )
         address = addresses[0]
         ip_host = f"[{address}]" if address.version == 6 else str(address)
-        headers = {"Host": parsed.netloc.decode("ascii"), "Accept": "image/*"}
+        headers = {
+            "Host": parsed.netloc.decode("ascii"),
+            "Accept": "image/*",
+            # The body as sent: a compressed one could expand past the size limit.
+            "Accept-Encoding": "identity",
+        }
         extensions = {"sni_hostname": host} if parsed.scheme == "https" else {}
         return client.build_request(
             "GET",
@@ -255,7 +335,7 @@ class ImageLoader:
             extensions=extensions,
         )
 
-    async def _body(self, ref: ImageRef, response: httpx.Response) -> bytes:
+    async def _body(self, ref: ImageRef, response: httpx.Response, held: _Held) -> bytes:
         limit = self.limits.max_bytes
         if response.status_code != 200:
             raise ImageError(
@@ -263,14 +343,24 @@ class ImageLoader:
                 f"fetching the image returned HTTP {response.status_code}.",
                 "image_fetch_failed",
             )
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise ImageError(
+                ref,
+                f"the image was sent with `Content-Encoding: {encoding[:40]}`; only "
+                "unencoded bodies are accepted.",
+                "image_fetch_failed",
+            )
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _too_large(ref, limit)
         body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > limit:
+        # Raw bytes: httpx would otherwise decode any Content-Encoding on the way.
+        async for chunk in response.aiter_raw():
+            if len(body) + len(chunk) > limit:
                 raise _too_large(ref, limit)
+            held.take(len(chunk))
+            body += chunk
         return bytes(body)
 
 
@@ -337,12 +427,42 @@ def _rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """A globally routable unicast address (not private, loopback, link-local, shared,
-    reserved, multicast or unspecified), IPv4-mapped IPv6 judged as its IPv4 address."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# IPv6 prefixes whose last 32 bits are an IPv4 address a gateway forwards to.
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address reaches through: IPv4-mapped (::ffff:0:0/96),
+    IPv4-compatible (::/96), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002::/16) or
+    Teredo (2001::/32, the client's address); None for a plain IPv6 address."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if address in _IPV4_COMPATIBLE or any(address in net for net in _NAT64):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def is_public(address: IPAddress) -> bool:
+    """A globally routable unicast address: not private, loopback, link-local, shared,
+    reserved, multicast or unspecified, and not carrying an IPv4 address that is not
+    (an IPv6 address wrapping one is judged as it and as itself)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = embedded_ipv4(address)
+        if inner is not None:
+            # The wrapping prefixes themselves are not global (NAT64's well-known one is,
+            # to Python): the IPv4 address inside decides.
+            return _plainly_public(inner)
+    return _plainly_public(address)
+
+
+def _plainly_public(address: IPAddress) -> bool:
+    return address.is_global and not (address.is_multicast or address.is_reserved)
 
 
 async def _resolve(host: str, port: int) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.errors import InvalidRequest, ModelNotFound
 from app.schemas.sampling import SamplingFields
+from app.services.extensions import check_refused
 from engine.protocol import ModelHost, SamplingOptions
 
 
@@ -13,7 +14,9 @@ def check_model(engine: ModelHost, name: str) -> None:
 
 
 def check_common(request: SamplingFields, max_tokens: int | None) -> None:
-    """Rules that span several fields (single fields are bounded in the schema)."""
+    """Rules that span several fields (single fields are bounded in the schema), and the
+    vLLM extensions refused here."""
+    check_refused(request)
     if request.stream_options is not None and not request.stream:
         raise InvalidRequest(
             "`stream_options` is only allowed when `stream` is true.", param="stream_options"
@@ -79,4 +82,6 @@ def sampling_options(
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
         skip_special_tokens=request.skip_special_tokens,
+        allowed_token_ids=list(request.allowed_token_ids) if request.allowed_token_ids else None,
+        bad_words=list(request.bad_words or ()),
     )

@@ -9,9 +9,10 @@ the chunks say is the endpoint's (`app.services.generation`).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from app.errors import to_api_error
+from app.observability import context
 from app.sse import DONE, error_frame
 
 T = TypeVar("T")
@@ -20,8 +21,22 @@ Frames = Callable[[T], list[bytes]]  # SSE frames for one engine output (possibl
 Closing = Callable[[], list[bytes]]  # frames after the last output (the usage chunk)
 
 
+class RequestEnd(Protocol):
+    """Told how a request ended (app.tenancy's usage meter): `finish` is awaited before
+    the last frame, `abandon` when nobody is left to wait (the client went away)."""
+
+    generation: Any
+
+    async def finish(self, exc: BaseException | None = None) -> None: ...
+
+    def abandon(self, exc: BaseException) -> None: ...
+
+
 async def open_sse(
-    outputs: AsyncGenerator[T, None], frames: Frames[T], closing: Closing
+    outputs: AsyncGenerator[T, None],
+    frames: Frames[T],
+    closing: Closing,
+    end: RequestEnd | None = None,
 ) -> AsyncIterator[bytes]:
     try:
         first = await anext(outputs)
@@ -30,14 +45,19 @@ async def open_sse(
     except BaseException:
         await outputs.aclose()
         raise
-    return _frames(first, outputs, frames, closing)
+    return _frames(first, outputs, frames, closing, end)
 
 
 async def _frames(
-    first: T | None, outputs: AsyncGenerator[T, None], frames: Frames[T], closing: Closing
+    first: T | None,
+    outputs: AsyncGenerator[T, None],
+    frames: Frames[T],
+    closing: Closing,
+    end: RequestEnd | None,
 ) -> AsyncIterator[bytes]:
     # One body per engine output, and the closing frames with [DONE]: each yield is one
     # ASGI send, one wake-up of the server's I/O thread and one write.
+    failure: Exception | None = None
     try:
         if first is not None:
             if data := frames(first):
@@ -47,9 +67,20 @@ async def _frames(
                     yield _joined(data)
         tail = b"".join(closing())
     except Exception as exc:
-        tail = error_frame(to_api_error(exc).body())
+        failure = exc
+        error = to_api_error(exc)
+        record = context.current()
+        if record is not None:  # a 200 whose stream ended in an error event
+            record.outcome = error.code or error.error_type
+        tail = error_frame(error.body())
+    except BaseException as exc:  # the client went away (cancelled, or the stream closed)
+        if end is not None:
+            end.abandon(exc)
+        raise
     finally:
         await outputs.aclose()
+    if end is not None:  # usage is durable before the client has the last byte
+        await end.finish(failure)
     yield tail + DONE
 
 

@@ -7,22 +7,31 @@ schema's `EngineRequestError` becomes a 400 in app.errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 from app.errors import InvalidRequest
+from app.json_limits import too_deep
 from app.schemas.chat import ChatCompletionRequest
 from app.schemas.tools import (
     FunctionCallDelta,
     JsonObjectFormat,
     JsonSchemaFormat,
     NamedToolChoice,
+    ResponseFormat,
     ToolCall,
     ToolCallDelta,
 )
+from app.services.extensions import extension_fields
 from engine import protocol
-from engine.schema_bounds import check_schema
+from engine.schema_bounds import MAX_SCHEMA_NODES, check_schema, check_schema_size
 from engine.tool_use import calls_tools
+
+# Parsed tool-call arguments are rendered by the chat template, which recurses per level.
+MAX_ARGUMENTS_DEPTH = 32
+# All tools' parameter schemas together: each is bounded alone too (engine.schema_bounds).
+MAX_TOOLS_SCHEMA_NODES = 4 * MAX_SCHEMA_NODES
 
 
 def _check_tools(request: ChatCompletionRequest) -> None:
@@ -36,9 +45,19 @@ def _check_tools(request: ChatCompletionRequest) -> None:
                 param=f"tools[{position}].function.name",
             )
         seen.add(name)
+    total = 0
     for position, tool in enumerate(tools):
         if tool.function.parameters is not None:
-            check_schema(tool.function.parameters, f"tools[{position}].function.parameters")
+            param = f"tools[{position}].function.parameters"
+            total += check_schema_size(tool.function.parameters, param)
+            if total > MAX_TOOLS_SCHEMA_NODES:
+                raise InvalidRequest(
+                    f"The tools' parameter schemas are too large together: at most "
+                    f"{MAX_TOOLS_SCHEMA_NODES} values in all.",
+                    param=param,
+                    code="schema_too_large",
+                )
+            check_schema(tool.function.parameters, param)
     choice = request.tool_choice
     if choice is not None and choice != "none" and not tools:
         raise InvalidRequest(
@@ -67,19 +86,24 @@ def tool_fields(request: ChatCompletionRequest) -> dict[str, Any]:
             if isinstance(choice, NamedToolChoice)
             else choice
         )
-    response_format = request.response_format
-    if isinstance(response_format, JsonObjectFormat):
-        fields["response_format"] = protocol.StructuredOutput(schema=None)
-    elif isinstance(response_format, JsonSchemaFormat):
-        schema = response_format.json_schema.schema
-        if schema is None:
-            raise InvalidRequest(
-                "`response_format.json_schema.schema` is required.",
-                param="response_format.json_schema.schema",
-            )
-        check_schema(schema, "response_format.json_schema.schema")
-        fields["response_format"] = protocol.StructuredOutput(schema=schema)
+    fields.update(extension_fields(request, response_format_constraint(request.response_format)))
     return fields
+
+
+def response_format_constraint(
+    response_format: ResponseFormat | None,
+) -> protocol.StructuredOutput | None:
+    """The engine constraint of `response_format` (checked); None for text."""
+    if isinstance(response_format, JsonObjectFormat):
+        return protocol.StructuredOutput(schema=None)
+    if isinstance(response_format, JsonSchemaFormat):
+        schema = response_format.json_schema.schema
+        param = "response_format.json_schema.schema"
+        if schema is None:
+            raise InvalidRequest(f"`{param}` is required.", param=param)
+        check_schema(schema, param)
+        return protocol.StructuredOutput(schema=schema)
+    return None
 
 
 def _function_dict(function: Any) -> dict[str, Any]:
@@ -96,10 +120,12 @@ def template_tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
     """Assistant tool calls as chat templates expect them (arguments as an object)."""
     rendered = []
     for call in calls:
-        try:
-            arguments: Any = json.loads(call.function.arguments)
-        except ValueError:
-            arguments = call.function.arguments
+        arguments: Any = call.function.arguments
+        # Arguments are the client's text: nested too deep to parse safely (recursion),
+        # or not JSON at all, they reach the template as that text.
+        if not too_deep(arguments, MAX_ARGUMENTS_DEPTH):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
         rendered.append(
             {
                 "id": call.id,

@@ -53,11 +53,16 @@ class Policy:
     grace_s: float = 30.0  # in-flight requests may finish for this long after a reclaim
     resume_after_s: float = 60.0  # the owner must be quiet this long before we return
     probe_interval_s: float = 1.0
-    max_concurrent: int = 16
+    # The KV budget is what bounds the running set; the cap bounds scheduling work.
+    max_concurrent: int = 64
     throttled_concurrent: int = 2
-    max_queued: int = 64
-    max_queued_per_client: int = 16  # a client's fair share of the queue
-    queue_timeout_s: float = 30.0
+    # Queued requests hold no KV cache: the queue is bounded by time (queue_timeout_s)
+    # and this count in all. One client alone may fill it; while others wait, each
+    # client gets an equal share (engine.admission.queue).
+    max_queued: int = 1024
+    queue_timeout_s: float = 300.0
+    # Output tokens one request may ask for in all: `n` x `max_tokens` (x prompts).
+    max_request_tokens: int = 32768
     kv_budget_tokens: int = 0  # 0: take the engine's KV-cache capacity (0 there: unbounded)
     release_memory: bool = True  # sleep the engine (free GPU memory) while yielded
     windows: LendingWindows | None = None  # None: lending is allowed at any time

@@ -94,29 +94,64 @@ def sample_at(segments: Sequence[Segment], offset_s: float) -> GpuSample:
 
 
 class ScriptedProbe:
-    """Owner activity from a timeline, on the injected clock, from the probe's creation."""
+    """Owner activity from a timeline, on the injected clock, from the probe's creation.
+
+    Made `from_file`, the probe follows the file: when it is replaced (a new
+    modification time), the new timeline plays from that moment. A fault harness
+    injects an owner reclaim into a running server that way; a rewritten file that
+    does not parse is ignored and the old timeline goes on."""
 
     blocking = False
 
     def __init__(
-        self, segments: Sequence[Segment], clock: Callable[[], float] = time.monotonic
+        self,
+        segments: Sequence[Segment],
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        path: Path | None = None,
     ) -> None:
         self.segments = list(segments)
         self._clock = clock
+        self._path = path
+        self._version = _file_version(path) if path is not None else None
         self.started_at = clock()
 
     @classmethod
     def from_file(
         cls, path: str | Path, clock: Callable[[], float] = time.monotonic
     ) -> ScriptedProbe:
-        return cls(parse_timeline(Path(path).read_text()), clock)
+        return cls(parse_timeline(Path(path).read_text()), clock, path=Path(path))
 
     def restart(self) -> None:
         """Play the timeline from its beginning again (tests align it with their load)."""
         self.started_at = self._clock()
 
     def sample(self) -> GpuSample:
+        self._follow_file()
         return sample_at(self.segments, self._clock() - self.started_at)
+
+    def _follow_file(self) -> None:
+        if self._path is None:
+            return
+        version = _file_version(self._path)
+        if version == self._version:
+            return
+        self._version = version
+        try:
+            segments = parse_timeline(self._path.read_text())
+        except (OSError, ValueError):
+            return  # half-written or broken: keep playing the timeline we have
+        self.segments = segments
+        self.restart()
+
+
+def _file_version(path: Path) -> tuple[int, int] | None:
+    """Modification time and size: a rewrite within one timestamp tick still shows."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_mtime_ns, status.st_size
 
 
 # ---------------------------------------------------------------- NVML

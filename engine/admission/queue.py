@@ -5,7 +5,12 @@ Order: lower `priority` first (as in vLLM: lower means sooner), then the client 
 the fewest requests running (so one busy client cannot starve the others), then
 arrival. A request runs only if it fits both the concurrency cap and the KV token
 budget; the head of the queue is never skipped, so a large request cannot be
-starved by a stream of small ones. A request larger than the whole budget runs alone.
+starved by a stream of small ones. A request larger than the whole budget could never
+run: it is refused at once (`NeverFits`), never queued.
+
+The queue is bounded by time (each ticket's deadline) and by `max_queued` in all; a
+client alone may fill it. Fair share bites only when several clients wait: each may
+then hold `max_queued / clients waiting` of it, and a client over that is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.admission.policy import AdmissionRejected, Policy
+from engine.checks import default_output_tokens
+from engine.errors import EngineRequestError
 
 CHARS_PER_TOKEN = 4  # a rough, tokenizer-free estimate: admission only needs the scale
 TOKENS_PER_MESSAGE = 8  # role markers and separators the chat template adds
@@ -38,14 +45,31 @@ def estimate_tokens(
     n: int = 1,
 ) -> int:
     """Prompt plus the output budget of each of `n` choices, in tokens, without
-    tokenizing (the engine does that later). Without `max_tokens` a choice may use the
-    rest of the context. The prompt's KV blocks are shared by the choices."""
+    tokenizing (the engine does that later). Without `max_tokens` a choice gets the
+    model's default output budget (`engine.checks.default_output_tokens`), bounded by
+    the rest of the context. The prompt's KV blocks are shared by the choices."""
     chars = len(prompt or "")
     for message in messages or ():
         chars += len(str(message.get("content") or "")) + TOKENS_PER_MESSAGE * CHARS_PER_TOKEN
     prompt_tokens = -(-chars // CHARS_PER_TOKEN)
-    output = max_tokens if max_tokens is not None else max(0, max_model_len - prompt_tokens)
+    room = max(0, max_model_len - prompt_tokens)
+    output = (
+        max_tokens if max_tokens is not None else min(room, default_output_tokens(max_model_len))
+    )
     return prompt_tokens + n * output
+
+
+class NeverFits(EngineRequestError):
+    """A request that needs more KV tokens than the whole budget: it could never run."""
+
+    def __init__(self, tokens: int, budget: int) -> None:
+        super().__init__(
+            f"This request may need about {tokens} tokens of KV cache (prompt plus `n` "
+            f"times `max_tokens`), more than the server can ever hold ({budget}); lower "
+            "`max_tokens` or `n`, or shorten the prompt.",
+            param="max_tokens",
+            code="request_too_large",
+        )
 
 
 class AdmissionQueue:
@@ -61,7 +85,9 @@ class AdmissionQueue:
     def offer(self, ticket: Ticket, cap: int) -> bool:
         """Admit `ticket` now (True), queue it (False), or raise AdmissionRejected.
         The caller rejects outright when the state admits nothing."""
-        if self._waiting_by_client[ticket.client] >= self.policy.max_queued_per_client:
+        if 0 < self.kv_budget < ticket.tokens:
+            raise NeverFits(ticket.tokens, self.kv_budget)
+        if self._over_fair_share(ticket.client):
             raise AdmissionRejected(
                 429,
                 "over_fair_share",
@@ -120,13 +146,22 @@ class AdmissionQueue:
         self._waiting_by_client.clear()
         return dropped
 
+    def _over_fair_share(self, client: str) -> bool:
+        """Whether `client` holds its share of the queue already: none while no one else
+        waits (the queue is all its own), an equal part of it while others do."""
+        held = self._waiting_by_client[client]
+        others = len(self._waiting_by_client) - (held > 0)
+        if others == 0:
+            return False
+        return held >= max(1, self.policy.max_queued // (others + 1))
+
     def _rank(self, ticket: Ticket) -> tuple[int, int, float, int]:
         return (ticket.priority, self._running_by_client[ticket.client], ticket.arrived, ticket.id)
 
     def _fits(self, ticket: Ticket, cap: int) -> bool:
         if len(self.running) >= cap:
             return False
-        if self.kv_budget <= 0 or not self.running:
+        if self.kv_budget <= 0:
             return True
         return self.tokens_in_use + ticket.tokens <= self.kv_budget
 

@@ -71,6 +71,13 @@ class AdmissionController:
         self.counters: Counter[str] = Counter()
         # (clock time, event): transitions and the moments their effects completed.
         self.events: deque[tuple[float, str]] = deque(maxlen=200)
+        # Called with (what, seconds) for "yield" (reclaim seen -> engine paused),
+        # "return" (admitting again -> engine resumed) and "queue_wait" (per admitted
+        # request, in its own task); metrics and the access log listen.
+        self.observers: list[Callable[[str, float], None]] = []
+        self.interference_s = 0.0  # time the owner was active or light while we ran
+        self._reclaimed_at: float | None = None
+        self._last_observed: float | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -130,6 +137,7 @@ class AdmissionController:
 
     async def observe(self, sample: GpuSample) -> None:
         now = self._clock()
+        self._count_interference(now)
         self.last_sample = sample
         windows = self.policy.windows
         window_open = windows is None or windows.is_open(self._wall_clock())
@@ -139,12 +147,28 @@ class AdmissionController:
             self._reject_waiter(ticket, self._queue_timeout())
         await self._apply(transitions)
 
+    def _count_interference(self, now: float) -> None:
+        """Add the time since the last sample when the owner was using the GPU while our
+        engine was not paused: seconds the owner shared the GPU with us."""
+        last, self._last_observed = self._last_observed, now
+        if last is not None and self.machine.owner != Owner.IDLE and not self.engine_paused:
+            self.interference_s += now - last
+
+    def _observe(self, what: str, seconds: float) -> None:
+        for observer in self.observers:
+            try:
+                observer(what, seconds)
+            except Exception:
+                log.exception("admission observer failed")
+
     # ------------------------------------------------------------ effects
 
     async def _apply(self, transitions: list[Transition]) -> None:
         async with self._lock:
             for transition in transitions:
                 self._record(transition)
+                if transition.source in ADMITTING and transition.target not in ADMITTING:
+                    self._reclaimed_at = transition.at
                 if transition.target is State.DRAINING:
                     for ticket in self.queue.clear_waiting():
                         self._reject_waiter(ticket, self._not_admitting(self._clock()))
@@ -152,7 +176,9 @@ class AdmissionController:
                     await self._yield()
             if self.admitting() and self.engine_paused:
                 # Also retries a return whose resume failed at an earlier sample.
+                returning_since = self._clock()
                 await self._return()
+                self._observe("return", self._clock() - returning_since)
             self._grant()
 
     def _record(self, transition: Transition) -> None:
@@ -173,8 +199,12 @@ class AdmissionController:
             self.engine_paused = True
             if self.policy.release_memory:
                 self.memory_released = await self._engine.release_memory()
-        self.events.append((self._clock(), "engine_paused"))
+        paused_at = self._clock()
+        self.events.append((paused_at, "engine_paused"))
         self._yielded.set()
+        reclaimed_at, self._reclaimed_at = self._reclaimed_at, None
+        if reclaimed_at is not None:
+            self._observe("yield", paused_at - reclaimed_at)
 
     async def _return(self) -> None:
         self._yielded.clear()
@@ -238,6 +268,7 @@ class AdmissionController:
         lease = Lease(ticket, request_id, self._drained_error)
         self._leases[ticket.id] = lease
         self.counters["admitted"] += 1
+        self._observe("queue_wait", self._clock() - now)
         return lease
 
     async def _wait(self, ticket: Ticket) -> None:

@@ -34,6 +34,9 @@ class Toggle:
     top_level: tuple[str, ...] = ()
     # Only meaningful while reasoning is on (GLM's effort): not passed when it is off.
     needs_reasoning: bool = False
+    # Other accepted values and the family value each means (OpenAI's reasoning_effort
+    # levels on a family with fewer levels).
+    aliases: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_boolean(self) -> bool:
@@ -104,6 +107,11 @@ def resolve(
     to the template untouched); `top_level` holds the request fields that were set
     (`thinking`, `enable_thinking`, `reasoning_effort`). A bad value is a 400 naming it.
     """
+    if top_level.get("reasoning_effort") == "none":
+        # OpenAI's "no reasoning": the family's boolean switch off, unless set explicitly.
+        controls = {k: v for k, v in top_level.items() if k != "reasoning_effort"}
+        controls.setdefault("thinking", False)
+        top_level = controls
     settings: dict[str, Any] = {}
     for toggle in family.toggles:
         settings[toggle.key] = _value(toggle, template_kwargs, top_level)
@@ -138,6 +146,7 @@ def _checked(toggle: Toggle, value: Any, param: str) -> bool | str:
         if not isinstance(value, bool):
             raise EngineRequestError(f"`{param}` must be a boolean.", param=param)
         return value
+    value = dict(toggle.aliases).get(value, value) if isinstance(value, str) else value
     if not isinstance(value, str) or value not in toggle.values:
         allowed = ", ".join(f"`{v}`" for v in toggle.values)
         raise EngineRequestError(f"`{param}` must be one of {allowed}.", param=param)

@@ -23,6 +23,8 @@ FAMILY = Family(
             values=("high", "max"),
             top_level=("reasoning_effort",),
             needs_reasoning=True,
+            # OpenAI's levels: "none" turns thinking off (engine.families.base.resolve).
+            aliases=(("minimal", "high"), ("low", "high"), ("medium", "high"), ("xhigh", "max")),
         ),
     ),
     reasoning_parser="glm45",

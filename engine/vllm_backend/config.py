@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.errors import EngineFailure
 from engine.families import Family, for_model
 
 
@@ -18,6 +19,11 @@ class EngineConfig:
     max_model_len: int | None = None
     enforce_eager: bool = False
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1  # model layers split over GPUs (and nodes, with Ray)
+    data_parallel_size: int = 1  # engine replicas inside this one server
+    # vLLM's `--distributed-executor-backend`: "mp" (one node) or "ray"; None: vLLM picks.
+    distributed_executor_backend: str | None = None
+    otlp_traces_endpoint: str | None = None  # OpenTelemetry collector for request spans
     gpu_memory_utilization: float = 0.9
     seed: int = 0
     chat_template: str | None = None  # template text overriding the family's and tokenizer's
@@ -40,14 +46,21 @@ def engine_args(config: EngineConfig) -> Any:
 
     family = config.family_record
     return AsyncEngineArgs(
+        **cpu_scheduling(),
         model=config.model,
         served_model_name=list(config.served_names),
         dtype=config.dtype,  # type: ignore[arg-type]  # one of --dtype's choices
         max_model_len=config.max_model_len,  # type: ignore[arg-type]  # None: the model's own
         enforce_eager=config.enforce_eager,
         tensor_parallel_size=config.tensor_parallel_size,
+        pipeline_parallel_size=config.pipeline_parallel_size,
+        data_parallel_size=config.data_parallel_size,
+        distributed_executor_backend=config.distributed_executor_backend,
+        otlp_traces_endpoint=config.otlp_traces_endpoint,
         gpu_memory_utilization=config.gpu_memory_utilization,
         seed=config.seed,
+        # No periodic throughput log lines; the Prometheus series come from the stat
+        # logger `build_async_llm` installs.
         disable_log_stats=True,
         enable_sleep_mode=config.enable_sleep_mode,
         # xgrammar, and no free whitespace inside JSON: where small models loop.
@@ -58,10 +71,54 @@ def engine_args(config: EngineConfig) -> Any:
     )
 
 
+def cpu_scheduling() -> dict[str, Any]:
+    """On the CPU, no chunked prefill: every prompt is prefilled in one step.
+
+    vLLM's model runner rewinds a seeded request's generator (`set_offset`) when it
+    discards the token sampled after a partial prefill, and the CPU generator has no
+    offset: a seeded prompt longer than one step's token budget (or a burst of seeded
+    requests overflowing one step) kills the engine core with "CPU Generator does not
+    use offset". Without chunked prefill the scheduler never splits a prompt (it waits
+    for a step with room), and vLLM raises `max_num_batched_tokens` to at least
+    `max_model_len`, so the longest prompt still fits one step. GPUs keep chunked
+    prefill: their generators rewind."""
+    from vllm.platforms import current_platform
+
+    return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
+
+
+def check_family_markers(config: EngineConfig) -> None:
+    """Refuse a family whose reasoning markers the model's tokenizer lacks, before the
+    engine core spends a minute loading weights only to die on the same check (and its
+    reason stays in the core process's log). Builds vLLM's own parser on the tokenizer."""
+    family = config.family_record
+    if family is None or not family.reasoning_parser:
+        return
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tokenizers import get_tokenizer
+
+    tokenizer = get_tokenizer(config.model)
+    parser_cls = ReasoningParserManager.get_reasoning_parser(family.reasoning_parser)
+    try:
+        parser_cls(tokenizer)
+    except Exception as exc:  # vLLM's parsers raise ValueError or RuntimeError
+        raise EngineFailure(
+            f"family `{family.name}` does not fit {config.model}: the tokenizer lacks its "
+            f"reasoning markers ({exc})"
+        ) from exc
+
+
 def build_async_llm(config: EngineConfig) -> Any:
+    """The engine, with vLLM's own Prometheus stat logger: the `vllm:` series `vllm serve`
+    exports (same names, labels and buckets), in prometheus_client's default registry,
+    which /metrics serves beside lilac-serve's own."""
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
 
+    check_family_markers(config)
     return AsyncLLM.from_engine_args(
-        engine_args(config), usage_context=UsageContext.OPENAI_API_SERVER
+        engine_args(config),
+        usage_context=UsageContext.OPENAI_API_SERVER,
+        stat_loggers=[PrometheusStatLogger],
     )

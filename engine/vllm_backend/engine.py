@@ -19,9 +19,10 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.checks import output_budget, require_image_input, require_ready
+from engine.checks import output_budget, require_image_input, require_ready, truncated
 from engine.errors import EngineFailure, EngineRequestError
 from engine.families import Family
+from engine.offload import off_loop
 from engine.protocol import (
     GenerateOutput,
     GenerateRequest,
@@ -33,7 +34,7 @@ from engine.streams import merge
 from engine.templates import load_template_file, render_chat
 from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
-from engine.vllm_backend.logprobs import convert_prompt_logprobs
+from engine.vllm_backend.logprobs import convert_prompt_logprobs, prompt_token_texts
 from engine.vllm_backend.outputs import (
     OutputConversion,
     check_token_ids,
@@ -133,8 +134,20 @@ class VLLMEngine:
                 llm.output_handler.cancel()
             await asyncio.to_thread(llm.shutdown)
 
+    def is_alive(self) -> bool:
+        return self._llm is None or not self._llm.errored
+
     def is_ready(self) -> bool:
         return self._llm is not None and not self._llm.errored
+
+    def failure(self) -> str | None:
+        llm = self._llm
+        if llm is None or not llm.errored:
+            return None
+        resources = getattr(llm.engine_core, "resources", None)  # the multiprocess client's
+        if resources is not None and resources.engine_dead:
+            return "the engine core process died"
+        return "the engine's output handler stopped"
 
     def unfinished_requests(self) -> int:
         if self._llm is None:
@@ -164,6 +177,9 @@ class VLLMEngine:
         await self._llm.wake_up()
 
     def _prompt_token_ids(self, request: GenerateRequest) -> list[int]:
+        if request.prompt_token_ids is not None:
+            check_token_ids(request.prompt_token_ids, self.model.vocab_size, "prompt")
+            return list(request.prompt_token_ids)
         if request.messages is not None:
             kwargs = dict(request.template_kwargs)
             if calls_tools(request.tools, request.tool_choice):
@@ -171,15 +187,20 @@ class VLLMEngine:
                 family = self._parsing.family
                 if family is not None and family.template_context is not None:
                     kwargs.update(family.template_context(request.tools))
+            if request.documents is not None:
+                kwargs["documents"] = request.documents
             text = render_chat(
                 self._template or "",
                 request.messages,
+                add_generation_prompt=request.add_generation_prompt,
+                continue_final_message=request.continue_final_message,
                 special_tokens=self._special_tokens,
                 template_kwargs=kwargs,
             )
-            # The template already wrote the special tokens.
-            return self._tokenizer.encode(text, add_special_tokens=False)
-        return self._tokenizer.encode(request.prompt or "", add_special_tokens=True)
+            # The template already wrote the special tokens (unless asked for them too).
+            return self._tokenizer.encode(text, add_special_tokens=bool(request.add_special_tokens))
+        add_special = request.add_special_tokens is not False
+        return self._tokenizer.encode(request.prompt or "", add_special_tokens=add_special)
 
     def tokenize(
         self,
@@ -210,17 +231,22 @@ class VLLMEngine:
         sampling = request.sampling
         check_token_ids(list(sampling.logit_bias), self.model.vocab_size, "logit_bias")
         check_token_ids(sampling.stop_token_ids, self.model.vocab_size, "stop_token_ids")
+        allowed = sampling.allowed_token_ids
+        check_token_ids(allowed or [], self.model.vocab_size, "allowed_token_ids")
         request, parsing = self._parsing.prepare(request)  # reasoning controls: may 400
-        prompt_ids = self._prompt_token_ids(request)
+        # Rendering and tokenizing take time in proportion to the prompt: off the loop.
+        prompt_ids = await off_loop(self._prompt_token_ids, request)
+        prompt_ids = truncated(prompt_ids, request, self.model.max_model_len)
         prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
         if request.images:
             # vLLM's processor puts each image's tokens in place of its placeholder:
             # the prompt (and its length, for the budget and `prompt_tokens`) grows.
             prompt = await self._multimodal_prompt(prompt_ids, request.images)
             prompt_ids = list(prompt["prompt_token_ids"])
-        parsing.prompt_token_ids = self._parsing.current_turn(prompt_ids)
+        parsing.prompt_token_ids = await off_loop(self._parsing.current_turn, prompt_ids)
         max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
-        constraint = constraint_for(request, self._tool_parser, max_tokens)
+        # Checking and bounding schemas and building the grammar's spec: off the loop too.
+        constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
         if sampling.n > 1 and sampling.temperature == 0:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)
@@ -296,20 +322,25 @@ class VLLMEngine:
         stream = self._llm.generate(prompt, params, plan.request_id, **parsing.engine_kwargs)
         try:
             async for output in stream:
-                prompt_logprobs = None
+                prompt_logprobs = prompt_texts = None
                 if first and sampling.prompt_logprobs is not None:
                     prompt_logprobs = convert_prompt_logprobs(
                         prompt_ids, output.prompt_logprobs, sampling.prompt_logprobs
                     )
+                    prompt_texts = prompt_token_texts(prompt_ids, prompt_logprobs, self._tokenizer)
                 first = False
                 choices = conversion.choices(output)
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=choices,
                     prompt_logprobs=prompt_logprobs,
+                    cached_tokens=output.num_cached_tokens or 0,
+                    prompt_token_texts=prompt_texts,
                 )
-        except ValueError as exc:  # vLLM's input validation
-            raise EngineRequestError(str(exc)) from exc
+        except ValueError as exc:  # vLLM's input validation (a grammar xgrammar refuses...)
+            constraint = request.response_format
+            param = constraint.param if constraint is not None and plan.constraint else None
+            raise EngineRequestError(str(exc), param=param) from exc
         except Exception as exc:
             raise EngineFailure(repr(exc)) from exc
         finally:

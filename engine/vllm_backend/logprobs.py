@@ -49,3 +49,17 @@ def convert_prompt_logprobs(
         None if entries is None else _token_logprob(t, entries, top_k)
         for t, entries in zip(token_ids, logprobs, strict=False)
     ]
+
+
+def prompt_token_texts(
+    token_ids: Sequence[int], logprobs: Sequence[TokenLogprob | None] | None, tokenizer: Any
+) -> list[str]:
+    """Each prompt token's text, as `vllm serve` echoes them: the decoded token of its
+    logprob entry, and the token decoded alone where there is none (the first token,
+    which nothing predicted). Joined, they give back the prompt's text."""
+    entries = list(logprobs or [])
+    texts = []
+    for position, token_id in enumerate(token_ids):
+        entry = entries[position] if position < len(entries) else None
+        texts.append(entry.token if entry is not None else tokenizer.decode([token_id]))
+    return texts

@@ -52,7 +52,20 @@ class RequestParsing:
             self._splitters[delta.index] = splitter
         finished = delta.finish_reason is not None
         delta.reasoning, delta.text = splitter.feed(delta.text, token_ids, finished)
+        delta.reasoning_token_count = reasoning_tokens(delta)
         return delta
+
+
+def reasoning_tokens(delta: ChoiceDelta) -> int:
+    """Of a delta's tokens, those of chain of thought: all of them when its text went to
+    reasoning only, none when to content only; a delta that crosses the end of reasoning
+    (rare: deltas are mostly one token) is split in proportion to the characters."""
+    if not delta.reasoning:
+        return 0
+    if not delta.text:
+        return delta.token_count
+    share = len(delta.reasoning) / (len(delta.reasoning) + len(delta.text))
+    return round(delta.token_count * share)
 
 
 class OutputParsing:
@@ -176,10 +189,10 @@ def last_occurrence(tokenizer: Any, token_ids: list[int], text: str) -> int | No
         return text in tokenizer.decode(token_ids[i:], skip_special_tokens=False)
 
     n = len(token_ids)
-    if n == 0 or not contains(0):
-        return None
     step = 1
     while not contains(low := max(n - step, 0)):
+        if low == 0:
+            return None
         step *= 2
     high = n - step // 2  # the last suffix tried before `low` (an empty one at first)
     while high - low > 1:  # invariant: contains(low), not contains(high)

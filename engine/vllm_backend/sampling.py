@@ -42,5 +42,7 @@ def to_sampling_params(
         logprobs=options.logprobs,
         prompt_logprobs=options.prompt_logprobs,
         skip_special_tokens=options.skip_special_tokens,
+        allowed_token_ids=list(options.allowed_token_ids) if options.allowed_token_ids else None,
+        bad_words=list(options.bad_words) or None,
         output_kind=RequestOutputKind.DELTA,
     )

@@ -1,76 +1,31 @@
-"""A real server, started the way `make serve` starts it, on a free local port."""
+"""A real server, started the way `make serve` starts it, on a free local port; one for
+the whole session (see tests/e2e/server.py)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import pytest
 
-STARTUP_TIMEOUT_S = 300
+from tests.e2e.server import RunningServer, start_server
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class RunningServer:
-    def __init__(self, process: subprocess.Popen[bytes], base_url: str, log_path: Path) -> None:
-        self.process = process
-        self.base_url = base_url
-        self.log_path = log_path
-
-    def unfinished_requests(self) -> float:
-        text = httpx.get(f"{self.base_url}/metrics").text
-        for line in text.splitlines():
-            if line.startswith("lilac_engine_unfinished_requests "):
-                return float(line.split()[1])
-        raise AssertionError("metric lilac_engine_unfinished_requests missing")
+# The shared server runs with an admin key (from the environment, as the README says to
+# give it) and one allowed web origin, for the cross-site tests.
+ADMIN_KEY = "e2e-admin-key"
+ALLOWED_ORIGIN = "http://app.example"
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    command = [
-        str(Path(sys.executable).with_name("lilac-serve")),
-        "serve",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "2048",
-        "--cpu-kvcache-space-gib",
-        "1",
-    ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited early:\n{log_path.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(f"server not ready in time:\n{log_path.read_text()[-4000:]}")
-        time.sleep(1)
-    running = RunningServer(process, base_url, log_path)
+    running = start_server(
+        tmp_path_factory.mktemp("server"),
+        extra_args=("--allowed-origins", ALLOWED_ORIGIN),
+        extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
+    )
     yield running
     # A clean stop on SIGTERM is part of the contract: exit 0, engine core gone with it.
+    process = running.process
     assert process.poll() is None, "server died during the tests"
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=120) == 0, log_path.read_text()[-4000:]
+    assert process.wait(timeout=120) == 0, running.log_path.read_text()[-4000:]

@@ -1,17 +1,27 @@
-"""An app over the scripted engine for granian subprocess tests (no model needed)."""
+"""An app over the scripted engine for granian subprocess tests (no model needed).
+
+Settings come from `LILAC_SETTINGS_JSON` when set (as `lilac-serve serve` passes them),
+else the defaults with `TEST_GRACE_PERIOD`."""
 
 from __future__ import annotations
 
 import os
 
+import msgspec
 from litestar import Litestar
 
 from app.main import create_app
+from app.observability import logs
 from app.settings import Settings
 from engine.scripted import ScriptedEngine
 
 
 def build() -> Litestar:
-    settings = Settings(grace_period=float(os.environ.get("TEST_GRACE_PERIOD", "1.0")))
+    raw = os.environ.get("LILAC_SETTINGS_JSON")
+    if raw:
+        settings = msgspec.json.decode(raw, type=Settings)
+        logs.configure(settings.log_format, settings.log_level)
+    else:
+        settings = Settings(grace_period=float(os.environ.get("TEST_GRACE_PERIOD", "1.0")))
     engine = ScriptedEngine(token_delay_s=0.05)
     return create_app(settings, engine=engine, handle_sigterm=True)

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.conftest import RunningServer
+from tests.e2e.server import RunningServer
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from tests.client import read_sse
-from tests.e2e.conftest import free_port
+from tests.e2e.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE = (

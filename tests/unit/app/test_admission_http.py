@@ -47,7 +47,6 @@ async def harness() -> AsyncIterator[Harness]:
         resume_after=0.0,
         max_concurrent=1,
         max_queued=2,
-        max_queued_per_client=1,
         queue_timeout=5.0,
     )
     async with app_client(engine, settings, probe=StaticProbe()) as http:
@@ -78,20 +77,37 @@ async def test_yielded_server_answers_503_with_retry_after(harness: Harness) -> 
     assert (await harness.http.post(URL, json=chat())).status_code == 200
 
 
-async def test_client_over_its_fair_share_gets_429(harness: Harness) -> None:
+async def _until_queued(harness: Harness, count: int) -> None:
+    for _ in range(200):
+        if len(harness.controller.queue.waiting) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never {count} queued")
+
+
+async def test_a_client_alone_may_fill_the_queue(harness: Harness) -> None:
+    long = chat(max_tokens=40, ignore_eos=True, user="alice")
+    tasks = [asyncio.create_task(harness.http.post(URL, json=long)) for _ in range(3)]
+    await _until_queued(harness, 2)  # one runs, two wait: no fair share while alone
+    assert harness.controller.counters["rejected"] == 0
+    assert_retry(await harness.http.post(URL, json=long), 503, "queue_full")
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_client_over_its_fair_share_gets_429_once_another_waits(harness: Harness) -> None:
     long = chat(max_tokens=40, ignore_eos=True, user="alice")
     running = asyncio.create_task(harness.http.post(URL, json=long))
     queued = asyncio.create_task(harness.http.post(URL, json=long))
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if harness.controller.queue.waiting:
-            break
+    await _until_queued(harness, 1)
+    other = asyncio.create_task(harness.http.post(URL, json=chat(user="bob")))
+    await _until_queued(harness, 2)
+    # Bob waits too: alice's share is half the queue, and she holds it.
     response = await harness.http.post(URL, json=long)
     error = assert_retry(response, 429, "over_fair_share")
     assert error["type"] == "rate_limit_exceeded"
-    # Another client still gets a place in the queue; a third one finds it full.
-    other = asyncio.create_task(harness.http.post(URL, json=chat(user="bob")))
-    await asyncio.sleep(0.05)
+    # A third client is within its share, but the queue is full.
     assert_retry(await harness.http.post(URL, json=chat(user="carol")), 503, "queue_full")
     for task in (running, queued, other):
         task.cancel()
@@ -103,13 +119,15 @@ async def test_bearer_key_is_the_fairness_key_over_user(harness: Harness) -> Non
     key = {"Authorization": "Bearer client-key"}
     running = asyncio.create_task(harness.http.post(URL, json={**long, "user": "a"}, headers=key))
     queued = asyncio.create_task(harness.http.post(URL, json={**long, "user": "b"}, headers=key))
-    await asyncio.sleep(0.1)
+    await _until_queued(harness, 1)
+    other = asyncio.create_task(harness.http.post(URL, json=chat(user="bob")))
+    await _until_queued(harness, 2)
     # Different `user`, same key: one client, over its share.
     response = await harness.http.post(URL, json={**long, "user": "c"}, headers=key)
     assert_retry(response, 429, "over_fair_share")
-    for task in (running, queued):
+    for task in (running, queued, other):
         task.cancel()
-    await asyncio.gather(running, queued, return_exceptions=True)
+    await asyncio.gather(running, queued, other, return_exceptions=True)
 
 
 async def test_stream_ended_by_draining_gets_an_error_event_then_done(harness: Harness) -> None:
@@ -170,10 +188,15 @@ async def test_admin_routes_are_forbidden_without_a_configured_key() -> None:
         assert http.app.state.admission.state is State.SERVING
 
 
-async def test_priority_field_is_accepted_and_reaches_the_engine(harness: Harness) -> None:
+async def test_priority_is_clamped_to_the_public_floor(harness: Harness) -> None:
+    """Without keys no request may jump the queue: priority -5 runs at 0; asking to go
+    later (5) is kept."""
     response = await harness.http.post(URL, json=chat(priority=-5))
     assert response.status_code == 200
-    assert harness.engine.requests[-1].priority == -5
+    assert harness.engine.requests[-1].priority == 0
+    response = await harness.http.post(URL, json=chat(priority=5))
+    assert response.status_code == 200
+    assert harness.engine.requests[-1].priority == 5
     bad = await harness.http.post(URL, json=chat(priority="high"))
     assert bad.status_code == 400
     assert bad.json()["error"]["param"] == "priority"

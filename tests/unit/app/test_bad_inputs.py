@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from engine.scripted import ScriptedEngine
+from tests.client import app_client
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -138,3 +139,247 @@ async def test_tokenize_needs_exactly_one_input(client: httpx.AsyncClient) -> No
     assert (await client.post("/tokenize", json=both)).status_code == 400
     unknown = await client.post("/tokenize", json={"model": "nope", "prompt": "a"})
     assert unknown.status_code == 404
+
+
+# ---------------------------------------------------------------- bodies and bounds
+
+
+def nested(depth: int) -> dict:
+    """A JSON schema whose objects nest `depth` properties deep."""
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def wide(properties: int) -> dict:
+    return {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "integer"} for i in range(properties)},
+    }
+
+
+def tool(parameters: dict, name: str = "f") -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+def schema_format(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+
+
+@pytest.mark.parametrize(
+    ("url", "body"),
+    [
+        (CHAT, {"model": "scripted", "messages": MESSAGES}),
+        (COMPLETIONS, {"model": "scripted", "prompt": "hi"}),
+        ("/tokenize", {"model": "scripted", "prompt": "hi"}),
+        ("/detokenize", {"model": "scripted", "tokens": [1]}),
+    ],
+)
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None]
+)
+async def test_post_bodies_must_be_declared_json(
+    client: httpx.AsyncClient,
+    scripted_engine: ScriptedEngine,
+    url: str,
+    body: dict,
+    content_type: str | None,
+) -> None:
+    """A cross-site form post (no preflight) cannot drive the server: 415."""
+    import json
+
+    headers = {"content-type": content_type} if content_type else {}
+    response = await client.post(url, content=json.dumps(body).encode(), headers=headers)
+    assert response.status_code == 415, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "unsupported_media_type")
+    assert scripted_engine.requests == []
+    charset = {"content-type": "application/json; charset=utf-8"}
+    accepted = await client.post(url, content=json.dumps(body).encode(), headers=charset)
+    assert accepted.status_code == 200, accepted.text
+
+
+@pytest.mark.parametrize("url", [CHAT, COMPLETIONS, "/tokenize"])
+async def test_deep_json_is_a_400_even_in_an_ignored_field(
+    client: httpx.AsyncClient, scripted_engine: ScriptedEngine, url: str
+) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    raw = b'{"model": "scripted", "prompt": "x", "messages": [], "ignored": ' + deep + b"}"
+    response = await client.post(url, content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "json_too_deep"
+    assert scripted_engine.requests == []
+
+
+async def test_json_just_within_the_depth_bound_is_accepted(client: httpx.AsyncClient) -> None:
+    from app.json_limits import MAX_BODY_DEPTH
+
+    value: object = 1
+    for _ in range(MAX_BODY_DEPTH - 1):  # the body's own object is one level
+        value = [value]
+    body = {"model": "scripted", "messages": MESSAGES, "metadata_extra": value}
+    assert (await client.post(CHAT, json=body)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "code"),
+    [
+        ({"tools": [tool(nested(20))]}, "tools[0].function.parameters", "schema_too_deep"),
+        ({"tools": [tool(wide(6000))]}, "tools[0].function.parameters", "schema_too_large"),
+        (
+            {"tools": [tool(wide(2000), f"f{i}") for i in range(12)]},
+            "tools[4].function.parameters",  # about 4,000 values each
+            "schema_too_large",
+        ),
+        (
+            {"response_format": schema_format(nested(20))},
+            "response_format.json_schema.schema",
+            "schema_too_deep",
+        ),
+        (
+            {"response_format": schema_format(wide(6000))},
+            "response_format.json_schema.schema",
+            "schema_too_large",
+        ),
+        (
+            {"response_format": schema_format({"type": "string", "enum": ["x" * 200_000]})},
+            "response_format.json_schema.schema",
+            "schema_too_large",
+        ),
+        ({"tools": [tool({"type": "object"}, f"f{i}") for i in range(129)]}, "tools", None),
+    ],
+)
+async def test_schemas_are_bounded_and_the_field_named(
+    client: httpx.AsyncClient,
+    scripted_engine: ScriptedEngine,
+    fields: dict,
+    param: str,
+    code: str | None,
+) -> None:
+    body = {"model": "scripted", "messages": MESSAGES, **fields}
+    for stream in (False, True):
+        response = await client.post(CHAT, json={**body, "stream": stream})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["param"] == param
+        if code is not None:
+            assert error["code"] == code
+    assert scripted_engine.requests == []
+
+
+async def test_a_schema_nested_200_deep_is_a_400(client: httpx.AsyncClient) -> None:
+    body = {"model": "scripted", "messages": MESSAGES, "tools": [tool(nested(200))]}
+    response = await client.post(CHAT, json=body)
+    assert response.status_code == 400, response.text  # the body's own depth bound
+
+
+async def test_schemas_within_the_bounds_are_accepted(client: httpx.AsyncClient) -> None:
+    body = {
+        "model": "scripted",
+        "messages": MESSAGES,
+        "tools": [tool(nested(12)), tool(wide(1000), "g")],
+    }
+    assert (await client.post(CHAT, json=body)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        "[" * 100_000,
+        "[" * 5_000 + "]" * 5_000,
+        '{"a": ' * 3_000 + "1" + "}" * 3_000,
+        "9" * 100_000,
+        '{"x": 1e999999}',
+        "",
+    ],
+    ids=["open", "balanced", "objects", "big-int", "huge-float", "empty"],
+)
+async def test_pathological_tool_call_arguments_in_history(
+    client: httpx.AsyncClient, arguments: str
+) -> None:
+    messages = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    for url, body in (
+        (CHAT, {"model": "scripted", "messages": messages, "max_tokens": 2}),
+        ("/tokenize", {"model": "scripted", "messages": messages}),
+    ):
+        response = await client.post(url, json=body)
+        assert response.status_code in (200, 400), response.text
+
+
+async def test_tokenize_refuses_deep_and_untyped_bodies(client: httpx.AsyncClient) -> None:
+    raw = b'{"model": "scripted", "prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    response = await client.post(
+        "/tokenize", content=raw, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    plain = await client.post(
+        "/tokenize", content=b'{"prompt": "a"}', headers={"content-type": "text/plain"}
+    )
+    assert plain.status_code == 415
+
+
+# Work bounds: what one request may ask the engine for (2,048-token context here, so a
+# choice's default `max_tokens` is 512; `--max-request-tokens` 32,768).
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (CHAT, {"messages": MESSAGES, "n": 128, "max_tokens": 1000}, "n"),
+        (CHAT, {"messages": MESSAGES, "n": 128}, "n"),  # the default max_tokens counts
+        (COMPLETIONS, {"prompt": ["x"] * 64, "max_tokens": 1000}, "max_tokens"),
+        (CHAT, {"messages": MESSAGES, "n": 128, "max_tokens": 1000, "stream": True}, "n"),
+    ],
+)
+async def test_work_over_the_per_request_bound_is_refused(
+    client: httpx.AsyncClient,
+    scripted_engine: ScriptedEngine,
+    path: str,
+    body: dict,
+    param: str,
+) -> None:
+    response = await client.post(path, json={"model": "scripted", **body})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == (
+        "invalid_request_error",
+        param,
+        "request_too_large",
+    )
+    assert scripted_engine.requests == []
+
+
+async def test_a_request_that_could_never_fit_the_kv_budget_is_refused_at_once() -> None:
+    engine = ScriptedEngine(kv_cache_tokens=1000)
+    async with app_client(engine) as http:
+        body = {"model": "scripted", "messages": MESSAGES, "n": 4, "max_tokens": 300}
+        response = await http.post(CHAT, json=body)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert (error["param"], error["code"]) == ("max_tokens", "request_too_large")
+        assert engine.requests == []
+        fits = await http.post(CHAT, json={**body, "n": 2})
+        assert fits.status_code == 200, fits.text
+
+
+async def test_priority_below_zero_is_clamped_not_refused(
+    client: httpx.AsyncClient, scripted_engine: ScriptedEngine
+) -> None:
+    response = await client.post(
+        CHAT, json={"model": "scripted", "messages": MESSAGES, "priority": -1}
+    )
+    assert response.status_code == 200
+    assert scripted_engine.requests[-1].priority == 0

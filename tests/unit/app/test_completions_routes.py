@@ -14,7 +14,13 @@ async def test_completion_shape_and_default_length(client: httpx.AsyncClient) ->
     assert body["choices"] == [
         {"index": 0, "text": "Hello, world!", "logprobs": None, "finish_reason": "stop"}
     ]
-    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
+    assert body["usage"] == {
+        "prompt_tokens": 2,
+        "completion_tokens": 4,
+        "total_tokens": 6,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
 
 
 async def test_prompt_list_times_n_orders_choices(client: httpx.AsyncClient) -> None:
@@ -30,10 +36,12 @@ async def test_echo_and_logprobs(client: httpx.AsyncClient) -> None:
     choice = (await client.post(URL, json=request)).json()["choices"][0]
     assert choice["text"] == "x yHello,"
     logprobs = choice["logprobs"]
-    assert logprobs["tokens"] == ["", " y", "Hello", ","]
+    # The first prompt token has no logprob (nothing predicted it) but keeps its text.
+    assert logprobs["tokens"] == ["x", " y", "Hello", ","]
+    assert "".join(logprobs["tokens"]) == choice["text"]
     assert logprobs["token_logprobs"][0] is None
     assert logprobs["top_logprobs"][2] == {"Hello": -0.5, "alt1": -2.0}
-    assert logprobs["text_offset"] == [0, 0, 2, 7]
+    assert logprobs["text_offset"] == [0, 1, 3, 8]
 
 
 async def test_stream_echoes_once(client: httpx.AsyncClient) -> None:

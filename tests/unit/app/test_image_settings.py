@@ -31,7 +31,7 @@ def test_flags() -> None:
             "0.5",
         ]
     )
-    assert ImageLimits.from_settings(settings) == ImageLimits(2, 1000, 4096, 0.5, True)
+    assert ImageLimits.from_settings(settings) == ImageLimits(2, 1000, 4096, 0.5, True, 4000)
 
 
 def test_boolean_flag_takes_an_explicit_value_too() -> None:

@@ -12,7 +12,11 @@ from app.settings import OPTIONS, SECTIONS, markdown_table
 README = Path(__file__).resolve().parents[3] / "README.md"
 HEADER = "| flag | environment | default | meaning |"
 # The README section ("## ...") that holds each flag table.
-HEADINGS = {"server": "## Configuration", "admission": "## Admission controller"}
+HEADINGS = {
+    "server": "## Configuration",
+    "admission": "## Admission controller",
+    "tenants": "## Tenants",
+}
 
 
 def readme_flag_tables(text: str) -> dict[str, list[list[str]]]:

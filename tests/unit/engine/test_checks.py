@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.checks import output_budget, require_image_input, require_ready
+from engine.checks import default_output_tokens, output_budget, require_image_input, require_ready
 from engine.errors import ContextLengthExceeded, EngineRequestError, EngineUnavailable
 from engine.protocol import ModelInfo
 from engine.scripted import ScriptedEngine
@@ -30,12 +30,20 @@ def test_image_input_needs_a_vision_model() -> None:
 
 
 @pytest.mark.parametrize(
-    ("prompt", "requested", "budget"), [(10, None, 90), (10, 90, 90), (10, 1, 1), (99, None, 1)]
+    ("prompt", "requested", "budget"),
+    [(10, None, 25), (10, 90, 90), (10, 1, 1), (99, None, 1), (80, None, 20)],
 )
-def test_the_budget_is_the_request_or_the_rest_of_the_context(
+def test_the_budget_is_the_request_or_the_model_default_within_the_context(
     prompt: int, requested: int | None, budget: int
 ) -> None:
     assert output_budget(prompt, requested, 100) == budget
+
+
+def test_the_default_output_budget_depends_on_the_model() -> None:
+    assert default_output_tokens(2048) == 512
+    assert default_output_tokens(8192) == 2048
+    assert default_output_tokens(131072) == 4096  # capped: long contexts are for prompts
+    assert default_output_tokens(2) == 1
 
 
 @pytest.mark.parametrize(

@@ -377,3 +377,110 @@ async def test_engine_not_ready() -> None:
 
 async def test_no_images_no_work() -> None:
     assert await ImageLoader().load([UserMessage("hi")], ScriptedEngine()) == []
+
+
+# ---------------------------------------------------------------- encodings, pools, budget
+
+
+def stacked_gzip(layers: int, size: int) -> bytes:
+    """`size` zero bytes gzipped `layers` times: a few hundred bytes that expand hugely."""
+    import gzip
+
+    data = bytes(size)
+    for _ in range(layers):
+        data = gzip.compress(data, compresslevel=9)
+    return data
+
+
+async def test_encoded_bodies_are_refused_not_decompressed() -> None:
+    bomb = stacked_gzip(3, 200 * 1024 * 1024)
+    assert len(bomb) < 10_000
+    routes = {"/bomb.png": Route(bomb, encoding="gzip, gzip, gzip")}
+    with image_server(routes) as server:
+        started = time.perf_counter()
+        error = await fails(server.url("/bomb.png"))
+        assert time.perf_counter() - started < 2  # nothing was inflated
+    assert error.code == "image_fetch_failed"
+    assert "Content-Encoding" in error.message
+    assert server.accept_encodings == ["identity"]
+
+
+async def test_identity_encoding_is_accepted() -> None:
+    with image_server({"/a.png": Route(png(), encoding="identity")}) as server:
+        (image,) = await load(server.url("/a.png"))
+    assert image.size == (32, 24)
+    assert server.accept_encodings == ["identity"]
+
+
+async def test_decoding_runs_in_its_own_pool() -> None:
+    import threading
+
+    import app.services.images as images
+
+    seen: list[str] = []
+    original = images.decode_image
+
+    def recording(*args: Any) -> Any:
+        seen.append(threading.current_thread().name)
+        return original(*args)
+
+    images.decode_image = recording
+    try:
+        await load(data_uri(png()))
+    finally:
+        images.decode_image = original
+    assert seen and seen[0].startswith("lilac-image")
+
+
+async def test_image_bytes_in_flight_are_bounded_across_requests() -> None:
+    from app.errors import ServiceUnavailable
+
+    limits = ImageLimits(allow_private=True, max_bytes=300_000, bytes_in_flight=300_000)
+    loader = ImageLoader(limits)
+    big = png((400, 400), "blue")  # under max_bytes alone; two of them are over the bound
+    routes = {"/b.png": Route(big)}
+    with image_server(routes) as server:
+        messages = [user(("img", data_uri(big)))]
+        loader.budget.take(limits.bytes_in_flight - 10)  # another request's image
+        with pytest.raises(ServiceUnavailable) as caught:
+            await loader.load(messages, VISION)
+        assert caught.value.status_code == 503 and caught.value.code == "images_busy"
+        loader.budget.give(limits.bytes_in_flight - 10)
+        (loaded,) = await loader.load([user(("img", server.url("/b.png")))], VISION)
+    assert loaded.image.size == (400, 400)
+    assert loader.budget.used == 0  # given back once decoded
+
+
+@pytest.mark.parametrize(
+    ("host", "inner"),
+    [
+        ("[64:ff9b::a00:5]", "NAT64 -> 10.0.0.5"),
+        ("[64:ff9b:1::7f00:1]", "local NAT64 -> 127.0.0.1"),
+        ("[2002:a00:5::1]", "6to4 -> 10.0.0.5"),
+        ("[2001:0:4136:e378:8000:63bf:f5ff:fffe]", "Teredo -> 10.0.0.1"),
+        ("[::a00:5]", "IPv4-compatible -> 10.0.0.5"),
+        ("[::ffff:a00:5]", "IPv4-mapped -> 10.0.0.5"),
+        ("240.0.0.1", "reserved"),
+        ("[2001:db8::1]", "documentation"),
+    ],
+)
+async def test_wrapped_and_reserved_addresses_are_refused(host: str, inner: str) -> None:
+    error = await fails(f"http://{host}/a.png", limits=ImageLimits())
+    assert error.code == "image_url_not_allowed", inner
+
+
+async def test_refusal_names_the_host_not_the_address() -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["10.1.2.3"]
+
+    error = await fails("http://intranet.example/a.png", limits=ImageLimits(), resolver=resolve)
+    assert error.code == "image_url_not_allowed"
+    assert "intranet.example" in error.message
+    assert "10.1.2.3" not in error.message
+
+
+def test_public_addresses_inside_wrappers_stay_public() -> None:
+    import ipaddress
+
+    for address in ("64:ff9b::808:808", "2002:808:808::1", "::ffff:8.8.8.8"):
+        assert is_public(ipaddress.ip_address(address)), address

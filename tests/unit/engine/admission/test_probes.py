@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -152,6 +153,24 @@ def test_timeline_parsing_and_playback(tmp_path: Path) -> None:
     assert scripted.sample().foreign_util_pct == 0
 
 
+def test_scripted_probe_follows_a_replaced_file(tmp_path: Path) -> None:
+    path = tmp_path / "owner.timeline"
+    path.write_text("0 0\n")
+    clock = [0.0]
+    scripted = ScriptedProbe.from_file(path, clock=lambda: clock[0])
+    clock[0] = 50.0
+    assert scripted.sample().foreign_util_pct == 0
+    path.write_text("0 90\n2 0\n")
+    os.utime(path, ns=(1, 1))  # a new modification time, whatever the file system's resolution
+    assert scripted.sample().foreign_util_pct == 90  # plays from the moment it was seen
+    clock[0] = 52.0
+    assert scripted.sample().foreign_util_pct == 0
+    path.write_text("not a timeline\n")
+    os.utime(path, ns=(2, 2))
+    assert scripted.sample().foreign_util_pct == 0  # broken rewrite ignored
+    assert scripted.segments[0].sample.foreign_util_pct == 90
+
+
 @pytest.mark.parametrize("text", ["1 2 3 4", "5 x", "3 0\n2 50"])
 def test_bad_timelines_are_rejected(text: str) -> None:
     with pytest.raises(ValueError, match="timeline line"):
@@ -165,3 +184,18 @@ def test_make_probe(tmp_path: Path) -> None:
     assert make_probe(f"scripted:{tmp_path / 't'}").sample().foreign_util_pct == 50
     with pytest.raises(ValueError, match="unknown GPU probe"):
         make_probe("amd")
+
+
+def test_a_rewritten_timeline_file_plays_from_the_moment_it_changed(tmp_path: Path) -> None:
+    path = tmp_path / "owner.timeline"
+    path.write_text("0 0\n")
+    clock = [100.0]
+    scripted = ScriptedProbe.from_file(path, clock=lambda: clock[0])
+    assert scripted.sample().foreign_util_pct == 0
+    clock[0] = 200.0
+    path.write_text("0 90 8000\n3 0  # the owner works for 3 s from now\n")
+    assert scripted.sample() == GpuSample(90.0, 8000.0, 1)
+    clock[0] = 202.9
+    assert scripted.sample().foreign_util_pct == 90
+    clock[0] = 203.0
+    assert scripted.sample().foreign_util_pct == 0

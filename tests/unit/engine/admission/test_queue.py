@@ -3,7 +3,7 @@
 import pytest
 
 from engine.admission.policy import AdmissionRejected, Policy
-from engine.admission.queue import AdmissionQueue, Ticket, estimate_tokens
+from engine.admission.queue import AdmissionQueue, NeverFits, Ticket, estimate_tokens
 
 _ids = iter(range(1, 10_000))
 
@@ -28,17 +28,28 @@ def test_admits_up_to_the_cap_then_queues() -> None:
     assert q.admit_ready(cap=2) == [third]
 
 
-def test_full_queue_is_503_and_fair_share_is_429() -> None:
-    q = queue(max_queued=3, max_queued_per_client=2)
+def test_a_client_alone_may_fill_the_queue() -> None:
+    q = queue(max_queued=3)
+    assert q.offer(ticket("a"), cap=1) is True
+    for _ in range(3):
+        assert q.offer(ticket("a"), cap=1) is False
+    with pytest.raises(AdmissionRejected) as full:
+        q.offer(ticket("a"), cap=1)
+    assert (full.value.status, full.value.code) == (503, "queue_full")
+
+
+def test_fair_share_bites_once_another_client_waits() -> None:
+    q = queue(max_queued=4)
     q.offer(ticket("a"), cap=1)  # runs
     q.offer(ticket("a"), cap=1)
-    q.offer(ticket("a"), cap=1)
+    q.offer(ticket("a"), cap=1)  # a alone: the whole queue is its share
+    q.offer(ticket("b"), cap=1)  # b waits: a's share is now 4 / 2 = 2, and a holds 2
     with pytest.raises(AdmissionRejected) as over_share:
         q.offer(ticket("a"), cap=1)
     assert (over_share.value.status, over_share.value.code) == (429, "over_fair_share")
-    q.offer(ticket("b"), cap=1)
+    q.offer(ticket("b"), cap=1)  # b is within its share
     with pytest.raises(AdmissionRejected) as full:
-        q.offer(ticket("c"), cap=1)
+        q.offer(ticket("c"), cap=1)  # c's share is 1, but the queue is full
     assert (full.value.status, full.value.code) == (503, "queue_full")
 
 
@@ -55,7 +66,7 @@ def test_lower_priority_value_goes_first() -> None:
 
 def test_a_busy_client_does_not_starve_others() -> None:
     """Client a runs two and floods the queue first; b's one request still goes next."""
-    q = queue(max_queued_per_client=10)
+    q = queue()
     running = [ticket("a"), ticket("a")]
     for t in running:
         assert q.offer(t, cap=2) is True
@@ -85,11 +96,13 @@ def test_token_budget_limits_admission_and_the_head_is_not_skipped() -> None:
     assert q.tokens_in_use == 60
 
 
-def test_a_request_larger_than_the_budget_runs_alone() -> None:
+def test_a_request_larger_than_the_budget_is_refused_at_once() -> None:
     q = queue(kv_budget=100)
-    huge = ticket(tokens=500)
-    assert q.offer(huge, cap=10) is True
-    assert q.offer(ticket(tokens=1), cap=10) is False
+    with pytest.raises(NeverFits) as refused:
+        q.offer(ticket(tokens=500), cap=10)
+    assert (refused.value.param, refused.value.code) == ("max_tokens", "request_too_large")
+    assert q.waiting == [] and q.running == {}
+    assert q.offer(ticket(tokens=100), cap=10) is True  # the whole budget still fits
 
 
 def test_expired_tickets_leave_the_queue() -> None:
@@ -112,7 +125,10 @@ def test_cap_zero_queues_everything() -> None:
 def test_estimate_tokens() -> None:
     messages = [{"role": "user", "content": "x" * 400}]
     assert estimate_tokens(messages, None, 50, 2048) == 100 + 8 + 50
-    # Without max_tokens the request may fill the rest of the context.
-    assert estimate_tokens(messages, None, None, 2048) == 2048
+    # Without max_tokens a choice gets the model's default (a quarter of the context)...
+    assert estimate_tokens(messages, None, None, 2048) == 108 + 512
+    assert estimate_tokens(messages, None, None, 2048, n=4) == 108 + 4 * 512
+    # ... bounded by the rest of the context.
+    assert estimate_tokens([{"role": "user", "content": "x" * 7800}], None, None, 2048) == 2048
     assert estimate_tokens(None, "abcd" * 10, 5, 2048) == 15
     assert estimate_tokens(None, "abcd" * 10, 5, 2048, n=3) == 25  # the prompt is shared

@@ -108,11 +108,45 @@ def test_reasoning_effort_is_ignored_by_families_without_it() -> None:
 
 
 @pytest.mark.parametrize(
+    ("effort", "expected"),
+    [
+        ("minimal", "high"),
+        ("low", "high"),
+        ("medium", "high"),
+        ("high", "high"),
+        ("xhigh", "max"),
+        ("max", "max"),
+    ],
+)
+def test_openai_efforts_map_to_glm_levels(effort: str, expected: str) -> None:
+    _, settings = families.resolve(families.get("glm45"), {}, {"reasoning_effort": effort})
+    assert settings == {"enable_thinking": True, "reasoning_effort": expected}
+
+
+@pytest.mark.parametrize("name", ["glm45", "kimi_k2", "gemma4"])
+def test_effort_none_turns_a_boolean_switch_off(name: str) -> None:
+    family = families.get(name)
+    _, settings = families.resolve(family, {}, {"reasoning_effort": "none"})
+    assert not family.reasoning_on(settings)
+    # An explicit switch wins over the effort.
+    _, settings = families.resolve(
+        family, {}, {"reasoning_effort": "none", "enable_thinking": True, "thinking": True}
+    )
+    assert family.reasoning_on(settings)
+
+
+def test_effort_none_is_ignored_without_a_boolean_switch() -> None:
+    family = families.get("minimax_m3")
+    _, settings = families.resolve(family, {}, {"reasoning_effort": "none"})
+    assert settings == {"thinking_mode": "adaptive"}
+
+
+@pytest.mark.parametrize(
     ("name", "kwargs", "top", "param"),
     [
         ("kimi_k2", {"thinking": "false"}, {}, "chat_template_kwargs.thinking"),
         ("kimi_k2", {"enable_thinking": 0}, {}, "chat_template_kwargs.enable_thinking"),
-        ("glm45", {}, {"reasoning_effort": "low"}, "reasoning_effort"),
+        ("glm45", {}, {"reasoning_effort": "ultra"}, "reasoning_effort"),
         ("glm45", {"reasoning_effort": "HIGH"}, {}, "chat_template_kwargs.reasoning_effort"),
         (
             "gemma4",

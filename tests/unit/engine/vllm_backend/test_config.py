@@ -10,3 +10,68 @@ def test_reasoning_parser_follows_the_family(tmp_path) -> None:
     assert engine_args(EngineConfig(str(tmp_path), ("m",))).reasoning_parser == ""
     config = EngineConfig(str(tmp_path), ("m",), family="glm45")
     assert engine_args(config).reasoning_parser == "glm45"
+
+
+def test_parallelism_reaches_vllm_engine_args(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    config = EngineConfig(
+        str(tmp_path),
+        ("m",),
+        tensor_parallel_size=2,
+        pipeline_parallel_size=3,
+        data_parallel_size=4,
+        distributed_executor_backend="ray",
+    )
+    args = engine_args(config)
+    assert (args.tensor_parallel_size, args.pipeline_parallel_size) == (2, 3)
+    assert args.data_parallel_size == 4
+    assert args.distributed_executor_backend == "ray"
+
+
+def test_parallelism_defaults_are_one_gpu_and_vllms_backend(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    args = engine_args(EngineConfig(str(tmp_path), ("m",)))
+    assert (args.tensor_parallel_size, args.pipeline_parallel_size) == (1, 1)
+    assert args.data_parallel_size == 1
+    assert args.distributed_executor_backend is None
+    assert args.otlp_traces_endpoint is None
+
+
+def test_otlp_endpoint_and_stats_reach_vllm(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    config = EngineConfig(str(tmp_path), ("m",), otlp_traces_endpoint="http://collector:4317")
+    args = engine_args(config)
+    assert args.otlp_traces_endpoint == "http://collector:4317"
+    # No periodic log lines; the Prometheus logger is installed by build_async_llm.
+    assert args.disable_log_stats is True
+
+
+def test_settings_flags_map_into_the_engine_config(monkeypatch) -> None:
+    from app.main import build_engine
+    from app.settings import parse_args
+
+    settings = parse_args(
+        [
+            "--pipeline-parallel-size", "2",
+            "--data-parallel-size", "3",
+            "--distributed-executor-backend", "mp",
+            "--otlp-traces-endpoint", "http://c:4317",
+        ]
+    )  # fmt: skip
+    config = build_engine(settings)._config  # type: ignore[attr-defined]  # VLLMEngine's
+    assert (config.pipeline_parallel_size, config.data_parallel_size) == (2, 3)
+    assert config.distributed_executor_backend == "mp"
+    assert config.otlp_traces_endpoint == "http://c:4317"
+    args = engine_args(config)
+    assert (args.pipeline_parallel_size, args.data_parallel_size) == (2, 3)
+    assert args.distributed_executor_backend == "mp"
+
+
+def test_an_unknown_executor_backend_stops_before_loading() -> None:
+    import pytest
+
+    from app.main import build_engine
+    from app.settings import parse_args
+
+    with pytest.raises(SystemExit, match="mp` or `ray"):
+        build_engine(parse_args(["--distributed-executor-backend", "threads"]))

@@ -1,0 +1,202 @@
+"""The OpenAPI 3.1 document at GET /openapi.json, built from the wire types themselves.
+
+Routes decode their bodies by hand (one msgspec pass, errors mapped in app.errors), so
+Litestar cannot see the body types; this table names them instead, and every schema is
+msgspec's own JSON Schema (2020-12, the dialect of OpenAPI 3.1) of the Struct the route
+decodes or encodes: the document describes exactly what the decoders accept.
+tests/unit/app/test_openapi.py holds the table to the app's routes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Response, get
+
+from app.schemas.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
+from app.schemas.completions import Completion, CompletionRequest
+from app.schemas.errors import ErrorEnvelope
+from app.schemas.models import ModelList
+from app.schemas.tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+
+REF = "#/components/schemas/{name}"
+JSON = "application/json"
+SSE = "text/event-stream"
+ERRORS = {
+    "400": "Invalid request: `param` names the field",
+    "401": "Missing or wrong admin key",
+    "403": "No admin key configured",
+    "404": "Unknown model or route",
+    "429": "Over the client's fair share of the queue (`Retry-After`)",
+    "500": "Engine failure",
+    "503": "Loading, draining, yielded to the GPU's owner or queue full (`Retry-After`)",
+}
+STATUS_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    summary: str
+    body: type | None = None
+    ok: type | dict[str, Any] | None = None  # a Struct, or an inline schema
+    ok_media: str = JSON
+    streams: type | None = None  # the chunk type of `stream: true`
+    errors: tuple[str, ...] = ("400", "404", "429", "500", "503")
+    tags: tuple[str, ...] = field(default=())
+
+
+ROUTES = (
+    Route(
+        "post",
+        "/v1/chat/completions",
+        "Chat completion, whole or streamed (SSE)",
+        ChatCompletionRequest,
+        ChatCompletion,
+        streams=ChatCompletionChunk,
+    ),
+    Route(
+        "post",
+        "/v1/completions",
+        "Legacy text completion, whole or streamed (SSE)",
+        CompletionRequest,
+        Completion,
+        streams=Completion,
+    ),
+    Route(
+        "post",
+        "/tokenize",
+        "Token ids of a prompt or of rendered messages",
+        TokenizeRequest,
+        TokenizeResponse,
+        errors=("400", "404", "503"),
+    ),
+    Route(
+        "post",
+        "/detokenize",
+        "Text of token ids",
+        DetokenizeRequest,
+        DetokenizeResponse,
+        errors=("400", "404", "503"),
+    ),
+    Route("get", "/v1/models", "The served models", ok=ModelList, errors=()),
+    Route(
+        "get",
+        "/health",
+        "Ready and admitting",
+        ok={"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]},
+        errors=("503",),
+    ),
+    Route(
+        "get",
+        "/metrics",
+        "Prometheus metrics",
+        ok={"type": "string"},
+        ok_media="text/plain",
+        errors=(),
+    ),
+    Route(
+        "get",
+        "/admin/admission",
+        "Admission state (admin key)",
+        ok=STATUS_OBJECT,
+        errors=("401", "403"),
+    ),
+    Route(
+        "post",
+        "/admin/admission/drain",
+        "Stop lending until resumed (admin key)",
+        ok=STATUS_OBJECT,
+        errors=("401", "403"),
+    ),
+    Route(
+        "post",
+        "/admin/admission/resume",
+        "Resume lending (admin key)",
+        ok=STATUS_OBJECT,
+        errors=("401", "403"),
+    ),
+)
+
+
+def _ref(kind: type) -> dict[str, Any]:
+    return {"$ref": REF.format(name=kind.__name__)}
+
+
+def _schema(kind: type | dict[str, Any]) -> dict[str, Any]:
+    return kind if isinstance(kind, dict) else _ref(kind)
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    ok_content: dict[str, Any] = {}
+    if route.ok is not None:
+        ok_content[route.ok_media] = {"schema": _schema(route.ok)}
+    if route.streams is not None:
+        ok_content[SSE] = {
+            "schema": {
+                "type": "string",
+                "description": (
+                    f"Server-sent events: `data: <{route.streams.__name__}>` per chunk, "
+                    "`data: <ErrorEnvelope>` if the engine fails mid-stream, then "
+                    "`data: [DONE]`."
+                ),
+            },
+            "x-event-schema": _ref(route.streams),
+        }
+    responses: dict[str, Any] = {"200": {"description": "OK", "content": ok_content}}
+    for status in route.errors:
+        responses[status] = {
+            "description": ERRORS[status],
+            "content": {JSON: {"schema": _ref(ErrorEnvelope)}},
+        }
+    operation: dict[str, Any] = {"summary": route.summary, "responses": responses}
+    operation["operationId"] = f"{route.method}{route.path.replace('/', '_')}"
+    if route.body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {JSON: {"schema": _ref(route.body)}},
+        }
+    return operation
+
+
+@lru_cache(maxsize=1)
+def document() -> dict[str, Any]:
+    kinds = {
+        kind
+        for route in ROUTES
+        for kind in (route.body, route.ok, route.streams)
+        if isinstance(kind, type)
+    }
+    kinds.add(ErrorEnvelope)
+    _, components = msgspec.json.schema_components(
+        sorted(kinds, key=lambda k: k.__name__), ref_template=REF
+    )
+    paths: dict[str, Any] = {}
+    for route in ROUTES:
+        paths.setdefault(route.path, {})[route.method] = _operation(route)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "lilac-serve", "version": "1", "summary": "OpenAI-compatible API"},
+        "paths": paths,
+        "components": {"schemas": components},
+    }
+
+
+_encoded: bytes | None = None
+
+
+@get("/openapi.json", include_in_schema=False)
+async def openapi_json() -> Response[bytes]:
+    global _encoded
+    if _encoded is None:
+        _encoded = msgspec.json.encode(document())
+    return Response(_encoded, media_type=MediaType.JSON)

@@ -1,0 +1,122 @@
+"""Operator routes of the tenants: /admin/keys (create, list, update, revoke) and
+/admin/usage (the usage report), behind the admin key. They need `--auth keys`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, Router, delete, get, patch, post
+
+from app.errors import APIError, InvalidRequest
+from app.routes.admin import AdminKeyGuard
+from app.tenancy.keys import KeyLimits, KeyNotFound, KeyStore
+from app.tenancy.report import parse_time as parse_report_time
+from app.tenancy.report import summarize
+from app.tenancy.service import Tenancy
+
+
+class KeyNotFoundError(APIError):
+    status_code = 404
+    error_type = "invalid_request_error"
+
+
+class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Limits of a new key, or the ones to change (absent: unchanged; null: unlimited)."""
+
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    rpm: int | msgspec.UnsetType | None = msgspec.UNSET
+    tpm: int | msgspec.UnsetType | None = msgspec.UNSET
+    max_concurrent: int | msgspec.UnsetType | None = msgspec.UNSET
+    priority: int | msgspec.UnsetType = msgspec.UNSET
+    models: list[str] | msgspec.UnsetType | None = msgspec.UNSET
+
+    def limits(self) -> dict[str, Any]:
+        changes = {
+            f: getattr(self, f)
+            for f in ("rpm", "tpm", "max_concurrent", "priority", "models")
+            if getattr(self, f) is not msgspec.UNSET
+        }
+        if changes.get("models") is not None:
+            changes["models"] = tuple(changes["models"])
+        for field in ("rpm", "tpm", "max_concurrent"):
+            value = changes.get(field)
+            if value is not None and value < 0:
+                raise InvalidRequest(f"`{field}` must be >= 0 or null.", param=field)
+        return changes
+
+
+def _store(request: Request[Any, Any, Any]) -> tuple[Tenancy, KeyStore]:
+    tenancy: Tenancy = request.app.state.tenancy
+    if tenancy.store is None:
+        raise InvalidRequest("Keys are managed only with --auth keys.", code="auth_mode")
+    return tenancy, tenancy.store
+
+
+def _changes(raw: bytes) -> KeyChanges:
+    return msgspec.json.decode(raw or b"{}", type=KeyChanges)
+
+
+@get("/keys")
+async def list_keys(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    _, store = _store(request)
+    return {"object": "list", "data": [k.public() for k in await store.list()]}
+
+
+@post("/keys", status_code=201)
+async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """The new key's record and, once, its secret (`key`)."""
+    _, store = _store(request)
+    changes = _changes(await request.body())
+    if not isinstance(changes.name, str) or not changes.name.strip():
+        raise InvalidRequest("A key needs a non-empty `name`.", param="name")
+    record, secret = await store.create(changes.name, KeyLimits(**changes.limits()))
+    return {**record.public(), "key": secret}
+
+
+async def _change(request: Request[Any, Any, Any], key_id: str, revoke: bool) -> dict[str, Any]:
+    tenancy, store = _store(request)
+    try:
+        if revoke:
+            record = await store.revoke(key_id)
+        else:
+            record = await store.update(key_id, _changes(await request.body()).limits())
+    except KeyNotFound as exc:
+        raise KeyNotFoundError(str(exc), param="id", code="key_not_found") from exc
+    tenancy.auth.forget(key_id)  # this replica at once; the others within a second
+    return record.public()
+
+
+@patch("/keys/{key_id:str}")
+async def update_key(request: Request[Any, Any, Any], key_id: str) -> dict[str, Any]:
+    return await _change(request, key_id, revoke=False)
+
+
+@delete("/keys/{key_id:str}", status_code=200)
+async def revoke_key(request: Request[Any, Any, Any], key_id: str) -> dict[str, Any]:
+    return await _change(request, key_id, revoke=True)
+
+
+@get("/usage")
+async def usage_report(
+    request: Request[Any, Any, Any],
+    by: str = "key",
+    since: str | None = None,
+    until: str | None = None,
+) -> dict[str, Any]:
+    tenancy, _ = _store(request)
+    assert tenancy.writer is not None
+    try:
+        start, end = parse_report_time(since), parse_report_time(until)
+        rows = await summarize(tenancy.writer.engine, by, start, end)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    return {"object": "list", "by": by, "data": rows}
+
+
+def admin_keys_router(admin_key: str | None) -> Router:
+    return Router(
+        path="/admin",
+        route_handlers=[list_keys, create_key, update_key, revoke_key, usage_report],
+        guards=[AdminKeyGuard(admin_key)],
+    )

@@ -1,0 +1,54 @@
+"""Ending a request's work when its client goes away before the response starts.
+
+Once a response streams, the server notices a closed connection when it writes (and
+Litestar closes the body iterator, which aborts the engine's requests). Before that (the
+request queued, waiting for its first token, or a non-streamed request generating) no
+byte is written, so nothing would notice: `until_disconnected` races the work against
+the ASGI `http.disconnect` message and cancels the work the moment it arrives, which
+closes the engine streams (every sub-request) and withdraws queued tickets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from litestar import Request
+
+from app.errors import ClientDisconnected
+
+T = TypeVar("T")
+
+
+async def _disconnect(request: Request) -> None:
+    # The body was read in full before the work started: the next message the server
+    # sends on this channel is `http.disconnect`.
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result; cancels it and raises ClientDisconnected if the client leaves
+    first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:  # the client is gone: no one to tell about the work's error
+        pass
+    raise ClientDisconnected

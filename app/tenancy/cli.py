@@ -1,0 +1,196 @@
+"""`lilac-serve keys ...` and `lilac-serve usage ...`: the operator's side of tenants,
+straight on the database (the server need not run); and the start-up check of `serve`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from app.settings import Settings
+from app.tenancy.db import DatabaseError, default_url, open_database
+from app.tenancy.keys import DEFAULT_RPM, KeyLimits, KeyNotFound, KeyRecord, KeyStore
+from app.tenancy.report import FORMATS, GROUPS, parse_time, render, summarize
+from app.tenancy.service import AuthConfigError, auth_mode, database_url, static_keys
+
+
+def _limit(text: str) -> int | None:
+    """A limit: a number >= 0, or `none` (unlimited)."""
+    if text.lower() in ("none", "unlimited"):
+        return None
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("a limit is >= 0 (0 refuses every request) or none")
+    return value
+
+
+def _models(text: str) -> tuple[str, ...] | None:
+    if text.lower() in ("", "all", "none"):
+        return None
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _database_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", help="default: sqlite:/// lilac.db in --data-dir")
+    parser.add_argument("--data-dir", default=Settings().data_dir)
+
+
+def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    parser.add_argument(
+        "--rpm",
+        type=_limit,
+        default=DEFAULT_RPM if defaults else argparse.SUPPRESS,
+        help=f"requests per minute (default {DEFAULT_RPM}; none: unlimited)",
+    )
+    for flag, meaning in (
+        ("--tpm", "tokens per minute (prompt + max_tokens reserved)"),
+        ("--max-concurrent", "requests at once"),
+    ):
+        parser.add_argument(
+            flag,
+            type=_limit,
+            default=None if defaults else argparse.SUPPRESS,
+            help=f"{meaning} (default unlimited)",
+        )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=0 if defaults else argparse.SUPPRESS,
+        help="admission priority tier: the best (lowest) priority its requests get",
+    )
+    parser.add_argument(
+        "--models",
+        type=_models,
+        default=None if defaults else argparse.SUPPRESS,
+        help="comma-separated served names the key may use (default all)",
+    )
+
+
+def add_commands(commands: Any) -> None:
+    keys = commands.add_parser("keys", help="create, list, update and revoke API keys")
+    actions = keys.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="make a key; prints it once")
+    create.add_argument("--name", required=True)
+    _limit_flags(create, defaults=True)
+    listing = actions.add_parser("list", help="every key with its limits")
+    listing.add_argument("--format", choices=("table", "json"), default="table")
+    revoke = actions.add_parser("revoke", help="stop a key (within a second everywhere)")
+    revoke.add_argument("id")
+    change = actions.add_parser("update", help="change a key's limits")
+    change.add_argument("id")
+    _limit_flags(change, defaults=False)
+    for parser in (create, listing, revoke, change):
+        _database_flags(parser)
+
+    report = commands.add_parser("usage", help="usage by key, model or day")
+    report.add_argument("--since", help="from (a date, an ISO time or Unix seconds; UTC)")
+    report.add_argument("--until", help="up to, not including")
+    report.add_argument("--by", choices=tuple(GROUPS), default="key")
+    report.add_argument("--format", choices=FORMATS, default="table")
+    _database_flags(report)
+
+
+def _url(args: argparse.Namespace) -> str:
+    return args.database_url or default_url(args.data_dir)
+
+
+def run(args: argparse.Namespace) -> int:
+    handler: Callable[[argparse.Namespace], Awaitable[None]]
+    handler = _usage if args.command == "usage" else _keys
+    try:
+        asyncio.run(handler(args))
+    except (DatabaseError, KeyNotFound, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+
+
+def _show(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _key_table(records: list[KeyRecord]) -> str:
+    header = ("id", "name", "created", "last used", "rpm", "tpm", "concurrent", "priority")
+    rows = [(*header, "models", "revoked")]
+    for r in records:
+        limits = r.limits
+        rows.append(
+            (
+                r.id,
+                r.name,
+                _when(r.created_at),
+                _when(r.last_used_at),
+                _show(limits.rpm),
+                _show(limits.tpm),
+                _show(limits.max_concurrent),
+                str(limits.priority),
+                ",".join(limits.models) if limits.models is not None else "all",
+                _when(r.revoked_at),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
+async def _keys(args: argparse.Namespace) -> None:
+    engine = await open_database(_url(args))
+    store = KeyStore(engine)
+    try:
+        if args.action == "create":
+            limits = KeyLimits(args.rpm, args.tpm, args.max_concurrent, args.priority, args.models)
+            record, secret = await store.create(args.name, limits)
+            print(f"created {record.id} ({record.name}); the key, shown only now:", file=sys.stderr)
+            print(secret)
+        elif args.action == "list":
+            records = await store.list()
+            if args.format == "json":
+                print(json.dumps([r.public() for r in records], indent=2))
+            else:
+                print(_key_table(records))
+        elif args.action == "revoke":
+            record = await store.revoke(args.id)
+            print(f"revoked {record.id} ({record.name})")
+        else:
+            fields = ("rpm", "tpm", "max_concurrent", "priority", "models")
+            changes = {f: getattr(args, f) for f in fields if hasattr(args, f)}
+            record = await store.update(args.id, changes)
+            print(json.dumps(record.public()))
+    finally:
+        await engine.dispose()
+
+
+async def _usage(args: argparse.Namespace) -> None:
+    engine = await open_database(_url(args))
+    try:
+        rows = await summarize(engine, args.by, parse_time(args.since), parse_time(args.until))
+    finally:
+        await engine.dispose()
+    print(render(rows, args.by, args.format))
+
+
+def check_serve(settings: Settings) -> str | None:
+    """Before the server starts: the auth settings make sense, and with `--auth keys`
+    the database exists, is usable and migrated. The error message, or None."""
+    try:
+        mode = auth_mode(settings)
+        if mode == "static":
+            if not static_keys(settings):
+                return "--auth static needs --api-key KEY or --api-key-file FILE"
+        elif mode == "keys":
+            engine = asyncio.run(open_database(database_url(settings), must_exist=True))
+            asyncio.run(engine.dispose())
+    except (AuthConfigError, DatabaseError) as exc:
+        return str(exc)
+    return None

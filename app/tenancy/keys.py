@@ -1,0 +1,191 @@
+"""API keys: making them, and the store that keeps their hashes and limits.
+
+A key is `lilac-sk-` followed by 43 URL-safe characters (32 random bytes, 256 bits).
+The database keeps its SHA-256 and a short id, never the key: a high-entropy secret
+needs no slow, salted hash, and a plain digest lets the key be found by one indexed
+lookup. The key is shown once, when it is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.tenancy.schema import api_keys
+
+PREFIX = "lilac-sk-"
+_SHAPE = re.compile(r"lilac-sk-[A-Za-z0-9_-]{43}")
+DEFAULT_RPM = 200
+
+
+def new_secret() -> str:
+    return PREFIX + secrets.token_urlsafe(32)
+
+
+def well_formed(token: str) -> bool:
+    return _SHAPE.fullmatch(token) is not None
+
+
+def hash_key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """A key's limits; None: unlimited. `priority` is the best (lowest) admission
+    priority its requests may ask for."""
+
+    rpm: int | None = DEFAULT_RPM
+    tpm: int | None = None
+    max_concurrent: int | None = None
+    priority: int = 0
+    models: tuple[str, ...] | None = None  # served names it may use; None: all
+
+    def allows_model(self, name: str) -> bool:
+        return self.models is None or name in self.models
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    id: str
+    name: str
+    created_at: float
+    limits: KeyLimits = field(default_factory=KeyLimits)
+    last_used_at: float | None = None
+    revoked_at: float | None = None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def public(self) -> dict[str, Any]:
+        """What `keys list` and GET /admin/keys show (never the hash)."""
+        limits = self.limits
+        return {
+            "id": self.id,
+            "name": self.name,
+            "created_at": self.created_at,
+            "last_used_at": self.last_used_at,
+            "revoked_at": self.revoked_at,
+            "rpm": limits.rpm,
+            "tpm": limits.tpm,
+            "max_concurrent": limits.max_concurrent,
+            "priority": limits.priority,
+            "models": list(limits.models) if limits.models is not None else None,
+        }
+
+
+class KeyNotFound(Exception):
+    def __init__(self, key_id: str) -> None:
+        super().__init__(f"no key with id {key_id!r}")
+        self.key_id = key_id
+
+
+def _row_values(limits: KeyLimits) -> dict[str, Any]:
+    return {
+        "rpm": limits.rpm,
+        "tpm": limits.tpm,
+        "max_concurrent": limits.max_concurrent,
+        "priority": limits.priority,
+        "models": json.dumps(list(limits.models)) if limits.models is not None else None,
+    }
+
+
+def _record(row: Any) -> KeyRecord:
+    models = json.loads(row.models) if row.models is not None else None
+    return KeyRecord(
+        id=row.id,
+        name=row.name,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+        limits=KeyLimits(
+            rpm=row.rpm,
+            tpm=row.tpm,
+            max_concurrent=row.max_concurrent,
+            priority=row.priority,
+            models=tuple(models) if models is not None else None,
+        ),
+    )
+
+
+class KeyStore:
+    """Keys in the database. Every method is one short transaction."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def create(self, name: str, limits: KeyLimits) -> tuple[KeyRecord, str]:
+        """A new key: its record, and the secret (shown once, never stored)."""
+        secret = new_secret()
+        record = KeyRecord(
+            id="key_" + secrets.token_hex(6), name=name, created_at=time.time(), limits=limits
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert(api_keys).values(
+                    id=record.id,
+                    name=name,
+                    key_hash=hash_key(secret),
+                    created_at=record.created_at,
+                    **_row_values(limits),
+                )
+            )
+        return record, secret
+
+    async def list(self) -> list[KeyRecord]:
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(api_keys).order_by(api_keys.c.created_at))
+            return [_record(row) for row in rows]
+
+    async def get(self, key_id: str) -> KeyRecord:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).first()
+        if row is None:
+            raise KeyNotFound(key_id)
+        return _record(row)
+
+    async def by_hash(self, key_hash: str) -> KeyRecord | None:
+        async with self.engine.connect() as conn:
+            statement = select(api_keys).where(api_keys.c.key_hash == key_hash)
+            row = (await conn.execute(statement)).first()
+        return _record(row) if row is not None else None
+
+    async def revoke(self, key_id: str) -> KeyRecord:
+        record = await self.get(key_id)
+        if record.revoked:
+            return record
+        revoked_at = time.time()
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(api_keys).where(api_keys.c.id == key_id).values(revoked_at=revoked_at)
+            )
+        return replace(record, revoked_at=revoked_at)
+
+    async def update(self, key_id: str, changes: dict[str, Any]) -> KeyRecord:
+        """Change some limits (`KeyLimits` field names) of a key."""
+        record = await self.get(key_id)
+        limits = replace(record.limits, **changes)
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(api_keys).where(api_keys.c.id == key_id).values(**_row_values(limits))
+            )
+        return replace(record, limits=limits)
+
+    async def touch(self, last_used: dict[str, float]) -> None:
+        """Record when keys were last used (batched by the usage writer)."""
+        if not last_used:
+            return
+        async with self.engine.begin() as conn:
+            for key_id, when in last_used.items():
+                await conn.execute(
+                    update(api_keys).where(api_keys.c.id == key_id).values(last_used_at=when)
+                )

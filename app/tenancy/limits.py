@@ -1,0 +1,163 @@
+"""Per-key limits: requests and tokens per minute (token buckets), concurrent requests.
+
+Buckets refill continuously (a limit of 60 per minute gives one back each second) and
+run on `time.monotonic`: setting the wall clock back or forward neither refills nor
+drains them. Limits are per server process; replicas each enforce them.
+A limit of 0 refuses every request; None means unlimited.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.tenancy.keys import KeyLimits
+
+Clock = Callable[[], float]
+
+
+class RateLimited(Exception):
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.message = message
+        # A limit that can never be met (0, or a request over the whole limit) still
+        # says a finite time: a minute, the window the limit is counted over.
+        self.retry_after_s = min(retry_after_s, 60.0)
+
+
+class Bucket:
+    """`capacity` units, refilled at capacity per minute."""
+
+    __slots__ = ("capacity", "level", "rate", "stamp")
+
+    def __init__(self, capacity: int, now: float) -> None:
+        self.capacity = capacity
+        self.rate = capacity / 60.0
+        self.level = float(capacity)
+        self.stamp = now
+
+    def refill(self, now: float) -> None:
+        elapsed = now - self.stamp
+        if elapsed > 0:
+            self.level = min(self.capacity, self.level + elapsed * self.rate)
+        self.stamp = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` is available (inf when it never will be)."""
+        if self.level >= amount:
+            return 0.0
+        if self.rate <= 0 or amount > self.capacity:
+            return math.inf
+        return (amount - self.level) / self.rate
+
+    def reset_s(self) -> float:
+        """Seconds until the bucket is full again."""
+        return 0.0 if self.rate <= 0 else max(0.0, (self.capacity - self.level) / self.rate)
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What one admitted request holds: its reserved tokens (settled at the end)."""
+
+    key_id: str
+    tokens: int
+    settled: bool = False
+
+
+class KeyState:
+    __slots__ = ("in_flight", "limits", "requests", "tokens")
+
+    def __init__(self, limits: KeyLimits, now: float) -> None:
+        self.limits = limits
+        self.requests = Bucket(limits.rpm, now) if limits.rpm is not None else None
+        self.tokens = Bucket(limits.tpm, now) if limits.tpm is not None else None
+        self.in_flight = 0
+
+
+class Limiter:
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self._clock = clock
+        self._keys: dict[str, KeyState] = {}
+
+    def _state(self, key_id: str, limits: KeyLimits, now: float) -> KeyState:
+        state = self._keys.get(key_id)
+        if state is None or state.limits != limits:  # new, or its limits were changed
+            state = KeyState(limits, now)
+            self._keys[key_id] = state
+        return state
+
+    def admit(self, key_id: str, limits: KeyLimits, tokens: int) -> Reservation:
+        """Take one request and `tokens` (prompt plus reserved output) for the key, or
+        raise `RateLimited` saying which limit and when to retry. Nothing is taken
+        when any limit refuses."""
+        now = self._clock()
+        state = self._state(key_id, limits, now)
+        requests, budget = state.requests, state.tokens
+        if limits.max_concurrent is not None and state.in_flight >= limits.max_concurrent:
+            raise RateLimited(
+                f"Too many concurrent requests for this key (limit {limits.max_concurrent}).",
+                1.0,
+            )
+        if requests is not None:
+            requests.refill(now)
+            wait = requests.wait_for(1)
+            if wait > 0:
+                raise RateLimited(
+                    f"Rate limit reached for requests per minute (limit {requests.capacity}).",
+                    wait,
+                )
+        if budget is not None:
+            budget.refill(now)
+            wait = budget.wait_for(tokens)
+            if wait > 0:
+                raise RateLimited(
+                    f"Rate limit reached for tokens per minute (limit {budget.capacity}, "
+                    f"requested {tokens}).",
+                    wait,
+                )
+            budget.level -= tokens
+        if requests is not None:
+            requests.level -= 1
+        state.in_flight += 1
+        return Reservation(key_id, tokens)
+
+    def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        """The request ended: give back the concurrency slot and the reserved tokens it
+        did not use (or take the ones it used beyond the reservation)."""
+        if reservation.settled:
+            return
+        reservation.settled = True
+        state = self._keys.get(reservation.key_id)
+        if state is None:
+            return
+        state.in_flight = max(0, state.in_flight - 1)
+        if state.tokens is not None:
+            bucket = state.tokens
+            bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
+
+    def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
+        """OpenAI's x-ratelimit-* headers for the key, as they stand now."""
+        now = self._clock()
+        state = self._state(key_id, limits, now)
+        out: list[tuple[bytes, bytes]] = []
+        for kind, bucket in (("requests", state.requests), ("tokens", state.tokens)):
+            if bucket is None:
+                continue
+            bucket.refill(now)
+            out.append((b"x-ratelimit-limit-" + kind.encode(), str(bucket.capacity).encode()))
+            remaining = max(0, math.floor(bucket.level))
+            out.append((b"x-ratelimit-remaining-" + kind.encode(), str(remaining).encode()))
+            out.append((b"x-ratelimit-reset-" + kind.encode(), duration(bucket.reset_s())))
+        return out
+
+
+def duration(seconds: float) -> bytes:
+    """OpenAI's reset format: `120ms`, `1.5s`, `6m0s`."""
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms".encode()
+    if seconds < 60:
+        return f"{seconds:.3g}s".encode()
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)}m{rest:.0f}s".encode()

@@ -1,0 +1,72 @@
+"""The tenancy tables, in SQLAlchemy Core: API keys and metered usage.
+
+Alembic's migrations (app/tenancy/migrations) create and change them; these
+definitions are what the code reads and writes, and what autogenerate compares.
+Times are Unix seconds (floats) so both backends store and compare them the same
+way; `day` (UTC, `YYYY-MM-DD`) is written with each usage row so reports group by
+day without dialect-specific date functions.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("created_at", Float, nullable=False),
+    Column("last_used_at", Float, nullable=True),
+    Column("revoked_at", Float, nullable=True),
+    # Limits; NULL: unlimited.
+    Column("rpm", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+    Column("max_concurrent", Integer, nullable=True),
+    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("models", Text, nullable=True),  # JSON list of served names; NULL: all
+)
+
+usage = Table(
+    "usage",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("request_id", String(80), nullable=False, unique=True),
+    Column("key_id", String(32), nullable=True),
+    Column("model", String(200), nullable=False),
+    Column("endpoint", String(40), nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("cached_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("reasoning_tokens", Integer, nullable=False),
+    Column("n", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("queue_ms", Float, nullable=True),
+    Column("ttft_ms", Float, nullable=True),
+    Column("duration_ms", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("day", String(10), nullable=False),
+    Index("ix_usage_created_at", "created_at"),
+    Index("ix_usage_key_id_created_at", "key_id", "created_at"),
+)

@@ -1,0 +1,237 @@
+"""Tenancy as one object the app holds: the auth mode, the limiter, the key store and
+the usage writer, and `begin`, which turns one generation request into a metered one.
+
+Only `--auth keys` uses the database: it meters every generation request and enforces
+each key's limits. `none` and `static` touch no database and record no usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from litestar import Request
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.errors import ModelNotFound, TooManyRequests, to_api_error
+from app.settings import Settings
+from app.tenancy.auth import Authenticator, DatabaseKeys, StaticKeys
+from app.tenancy.db import create_engine, default_url, sqlite_path
+from app.tenancy.keys import KeyRecord, KeyStore
+from app.tenancy.limits import Limiter, RateLimited, Reservation
+from app.tenancy.middleware import SCOPE_KEY
+from app.tenancy.usage import UsageRecord, UsageWriter
+from engine.admission.policy import AdmissionRejected, Drained
+
+SPOOL_FILE = "usage-spool.jsonl"
+
+
+class AuthConfigError(Exception):
+    """The auth settings cannot start a server; the message says what to change."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def auth_mode(settings: Settings) -> str:
+    """The effective `--auth`: explicit, else `static` with `--api-key`, else `none` on a
+    loopback address; anything else refuses to start."""
+    if settings.auth is not None:
+        if settings.auth not in ("none", "static", "keys"):
+            raise AuthConfigError(f"--auth must be none, static or keys, not {settings.auth!r}")
+        return settings.auth
+    if settings.api_key or settings.api_key_file:
+        return "static"
+    if is_loopback(settings.host):
+        return "none"
+    raise AuthConfigError(
+        f"refusing to serve on {settings.host} without API keys: anyone who reaches the "
+        "port could use the model. Use --auth keys (see `lilac-serve keys create`), "
+        "--api-key KEY, or --auth none to serve without keys anyway."
+    )
+
+
+def static_keys(settings: Settings) -> list[str]:
+    keys = list(settings.api_key)
+    if settings.api_key_file:
+        try:
+            text = Path(settings.api_key_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise AuthConfigError(f"--api-key-file: {exc}") from exc
+        keys += [line.strip() for line in text.splitlines() if line.strip()]
+    return keys
+
+
+def database_url(settings: Settings) -> str:
+    return settings.database_url or default_url(settings.data_dir)
+
+
+def spool_path(settings: Settings) -> Path:
+    path = sqlite_path(database_url(settings))
+    folder = path.parent if path is not None else Path(settings.data_dir).expanduser()
+    return folder / SPOOL_FILE
+
+
+def outcome_of(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+        return "cancelled"
+    if isinstance(exc, Drained):
+        return "drained"
+    if isinstance(exc, AdmissionRejected | RateLimited):
+        return "rejected"
+    if isinstance(exc, Exception) and to_api_error(exc).status_code < 500:
+        return "rejected"  # refused before generating: a bad request, an unknown model
+    return "error"
+
+
+class RequestMeter:
+    """One generation request's usage: read from its `generation` (the skeleton's
+    counters) when it ends, settled against the key's limits, and written."""
+
+    __slots__ = (
+        "endpoint",
+        "generation",
+        "key",
+        "model",
+        "n",
+        "request_id",
+        "reservation",
+        "started",
+        "tenancy",
+        "wall_start",
+    )
+
+    def __init__(self, tenancy: Tenancy, key: KeyRecord, endpoint: str, model: str, n: int) -> None:
+        self.tenancy = tenancy
+        self.key = key
+        self.endpoint = endpoint
+        self.model = model
+        self.n = n
+        self.request_id = uuid.uuid4().hex
+        self.reservation: Reservation | None = None
+        self.generation: Any = None
+        self.started = time.monotonic()
+        self.wall_start = time.time()
+
+    def record(self, outcome: str) -> UsageRecord:
+        prompt = cached = completion = reasoning = 0
+        ttft_ms = None
+        request_id = self.request_id  # the response's `id` once there is a generation
+        if self.generation is not None:
+            request_id = self.generation.id
+            usage = self.generation.usage()
+            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+            cached = usage.prompt_tokens_details.cached_tokens
+            reasoning = usage.completion_tokens_details.reasoning_tokens
+            first = self.generation.first_output_at
+            ttft_ms = (first - self.started) * 1000 if first is not None else None
+        return UsageRecord(
+            request_id=request_id,
+            key_id=self.key.id,
+            model=self.model,
+            endpoint=self.endpoint,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            completion_tokens=completion,
+            reasoning_tokens=reasoning,
+            n=self.n,
+            outcome=outcome,
+            queue_ms=None,
+            ttft_ms=ttft_ms,
+            duration_ms=(time.monotonic() - self.started) * 1000,
+            created_at=self.wall_start,
+        )
+
+    def _settle(self, record: UsageRecord) -> bool:
+        if self.reservation is None or self.reservation.settled:
+            return False
+        used = record.prompt_tokens + record.completion_tokens
+        self.tenancy.limiter.settle(self.reservation, used)
+        return True
+
+    async def finish(self, exc: BaseException | None = None) -> None:
+        """The request ended (`exc` None: completed). Returns once the record is durable."""
+        record = self.record("completed" if exc is None else outcome_of(exc))
+        if self._settle(record) and self.tenancy.writer is not None:
+            await self.tenancy.writer.write(record)
+
+    def abandon(self, exc: BaseException) -> None:
+        """The request ended without anyone waiting (cancelled, or failed before its
+        response): the record is queued, not awaited."""
+        record = self.record(outcome_of(exc))
+        if self._settle(record) and self.tenancy.writer is not None:
+            self.tenancy.writer.submit(record)
+
+
+class Tenancy:
+    def __init__(
+        self,
+        auth: Authenticator,
+        *,
+        store: KeyStore | None = None,
+        writer: UsageWriter | None = None,
+        limiter: Limiter | None = None,
+    ) -> None:
+        self.auth = auth
+        self.store = store
+        self.writer = writer
+        self.limiter = limiter or Limiter()
+
+    @property
+    def mode(self) -> str:
+        return self.auth.mode
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Tenancy:
+        mode = auth_mode(settings)
+        if mode == "none":
+            return cls(Authenticator())
+        if mode == "static":
+            return cls(StaticKeys(static_keys(settings)))
+        return cls.with_database(create_engine(database_url(settings)), spool_path(settings))
+
+    @classmethod
+    def with_database(cls, engine: AsyncEngine, spool: Path) -> Tenancy:
+        store = KeyStore(engine)
+        return cls(DatabaseKeys(store), store=store, writer=UsageWriter(engine, spool, store))
+
+    async def start(self) -> None:
+        if self.writer is not None:
+            self.writer.start()
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            await self.writer.close()
+            await self.writer.engine.dispose()
+
+    def begin(
+        self, key: KeyRecord, endpoint: str, model: str, n: int, reserve_tokens: int
+    ) -> RequestMeter:
+        """Check the key may use `model` and is within its limits; the meter of the
+        request. Raises the API errors a client gets (404, 429)."""
+        if not key.limits.allows_model(model):
+            raise ModelNotFound(model)
+        meter = RequestMeter(self, key, endpoint, model, n)
+        try:
+            meter.reservation = self.limiter.admit(key.id, key.limits, reserve_tokens)
+        except RateLimited as exc:
+            if self.writer is not None:
+                self.writer.submit(meter.record("rejected"))
+            raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
+        return meter
+
+
+def request_key(request: Request[Any, Any, Any]) -> KeyRecord | None:
+    """The authenticated key of a request (None without auth)."""
+    key: KeyRecord | None = request.scope.get(SCOPE_KEY)  # type: ignore[assignment]  # ASGI scope is a TypedDict
+    return key

@@ -1,0 +1,48 @@
+"""lilac-serve against `vllm serve` on the same engine and model: the answers recorded
+from `vllm serve` (tests/integration/record_vllm_serve.py says how) replayed through our
+app over the real engine. Echoed prompts must score the same way: the same tokens, the
+same text offsets, the same logprobs; constrained answers must be the same text."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine.checkpoint import DEFAULT_MODEL_NAME
+
+FIXTURE = Path(__file__).parent / "data" / "vllm_serve_answers.json"
+RECORDED = json.loads(FIXTURE.read_text())
+
+
+def _close(ours: list, theirs: list) -> bool:
+    return len(ours) == len(theirs) and all(
+        (a is None and b is None)
+        or (a is not None and b is not None and math.isclose(a, b, abs_tol=2e-3))
+        for a, b in zip(ours, theirs, strict=True)
+    )
+
+
+@pytest.mark.parametrize("case", RECORDED, ids=[f"{i}-{c['path']}" for i, c in enumerate(RECORDED)])
+async def test_same_answer_as_vllm_serve(real_client: httpx.AsyncClient, case: dict) -> None:
+    # Recorded under the served name `vllm serve` was given; ours is the default's.
+    body = {**case["body"], "model": DEFAULT_MODEL_NAME}
+    response = await real_client.post(case["path"], json=body)
+    assert response.status_code == 200, response.text
+    ours, theirs = response.json(), case["answer"]
+    assert ours["usage"]["prompt_tokens"] == theirs["usage"]["prompt_tokens"]
+    assert len(ours["choices"]) == len(theirs["choices"])
+    for mine, recorded in zip(ours["choices"], theirs["choices"], strict=True):
+        if "message" in recorded:
+            assert mine["message"]["content"] == recorded["message"]["content"]
+            continue
+        assert mine["text"] == recorded["text"]
+        if recorded.get("logprobs") is None:
+            continue
+        got, want = mine["logprobs"], recorded["logprobs"]
+        assert got["tokens"] == want["tokens"]
+        assert got["text_offset"] == want["text_offset"]
+        assert _close(got["token_logprobs"], want["token_logprobs"])

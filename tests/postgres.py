@@ -1,0 +1,89 @@
+"""A throwaway PostgreSQL server for tests: Debian's postgresql package (initdb and
+pg_ctl), a cluster in a temporary folder, listening on a unix socket only.
+
+As root it runs the server as the `postgres` system user (PostgreSQL refuses root).
+The folder is under /dev/shm (tmpfs: initdb is faster) with a short name: a socket
+path may not exceed 107 bytes.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def find_bindir() -> str | None:
+    env = os.environ.get("LILAC_PG_BINDIR")
+    if env:
+        return env
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+    return found[-1] if found else None
+
+
+@dataclass
+class TempPostgres:
+    base: str
+    bindir: str
+    user: str | None
+
+    @property
+    def datadir(self) -> str:
+        return os.path.join(self.base, "data")
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@/{database}?host={self.base}"
+
+    def run(self, *args: str) -> None:
+        result = subprocess.run(
+            args, user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        if result.returncode:
+            log = os.path.join(self.base, "log")
+            tail = Path(log).read_text()[-2000:] if os.path.exists(log) else ""
+            raise RuntimeError(f"{args[0]} failed ({result.returncode}): {result.stderr}\n{tail}")
+
+    def stop(self) -> None:
+        if not os.path.isdir(self.base):
+            return
+        try:
+            if os.path.exists(os.path.join(self.datadir, "postmaster.pid")):
+                self.run(f"{self.bindir}/pg_ctl", "-D", self.datadir, "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def start_postgres() -> TempPostgres:
+    bindir = find_bindir()
+    if bindir is None:
+        raise RuntimeError("no PostgreSQL server: apt-get install postgresql-15")
+    parent = "/dev/shm" if os.access("/dev/shm", os.W_OK) else "/tmp"
+    base = tempfile.mkdtemp(prefix="lilac-pg-", dir=parent)
+    user = None
+    if os.geteuid() == 0:
+        user = "postgres"
+        entry = pwd.getpwnam(user)
+        os.chown(base, entry.pw_uid, entry.pw_gid)
+    pg = TempPostgres(base, bindir, user)
+    try:
+        pg.run(
+            f"{bindir}/initdb", "-D", pg.datadir, "-U", "postgres", "-A", "trust",
+            "-E", "UTF8", "--locale=C", "--no-sync",
+        )  # fmt: skip
+        options = (
+            f"-c listen_addresses='' -k {base} -c fsync=off -c synchronous_commit=off "
+            "-c full_page_writes=off -c max_connections=100"
+        )
+        pg.run(
+            f"{bindir}/pg_ctl", "-D", pg.datadir, "-w", "-t", "60", "-o", options,
+            "-l", os.path.join(base, "log"), "start",
+        )  # fmt: skip
+    except BaseException:
+        pg.stop()
+        raise
+    return pg

@@ -1,0 +1,83 @@
+"""X-Request-Id: accepted or made, returned on every response (errors too), and used in
+the response id, the engine request id and the log lines of that request."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from app.observability.logs import RequestIdFilter
+from engine.scripted import ScriptedEngine
+from tests.client import app_client, stream_events
+
+URL = "/v1/chat/completions"
+BODY = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+
+
+async def test_a_client_id_comes_back_and_names_the_response_and_engine_request() -> None:
+    engine = ScriptedEngine()
+    seen: list[str] = []
+    original = engine.generate
+
+    def spy(request):  # type: ignore[no-untyped-def]
+        seen.append(request.request_id)
+        return original(request)
+
+    engine.generate = spy  # type: ignore[method-assign]
+    async with app_client(engine) as http:
+        response = await http.post(URL, json=BODY, headers={"X-Request-Id": "abc-123"})
+    assert response.status_code == 200
+    assert response.headers["x-request-id"] == "abc-123"
+    assert response.json()["id"].startswith("chatcmpl-abc-123-")
+    assert seen and seen[0].startswith("chatcmpl-abc-123-")
+
+
+async def test_an_id_is_made_when_missing_or_unusable_and_returned_on_streams() -> None:
+    async with app_client(ScriptedEngine()) as http:
+        made = await http.post(URL, json={**BODY, "stream": True})
+        odd = await http.post(URL, json=BODY, headers={"X-Request-Id": "spaces are not ok"})
+    stream_events(made)
+    assert len(made.headers["x-request-id"]) == 32
+    chunk_id = stream_events(made)[0]["id"]
+    assert chunk_id == f"chatcmpl-{made.headers['x-request-id']}"
+    assert odd.headers["x-request-id"] != "spaces are not ok"
+    assert odd.json()["id"] == f"chatcmpl-{odd.headers['x-request-id']}"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("POST", URL, {"model": "nope", "messages": []}, 400),
+        ("POST", URL, {**BODY, "model": "nope"}, 404),
+        ("GET", "/no/such/route", None, 404),
+        ("DELETE", "/v1/models", None, 405),
+    ],
+)
+async def test_errors_carry_the_id_too(method: str, path: str, body: object, status: int) -> None:
+    async with app_client(ScriptedEngine()) as http:
+        response = await http.request(method, path, json=body, headers={"X-Request-Id": "err-1"})
+    assert response.status_code == status
+    assert response.headers["x-request-id"] == "err-1"
+    assert set(response.json()["error"]) >= {"message", "type", "param", "code"}
+
+
+async def test_log_lines_written_during_a_request_carry_its_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.handler.addFilter(RequestIdFilter())
+    caplog.set_level(logging.INFO)
+    async with app_client(ScriptedEngine()) as http:
+        await http.post(URL, json=BODY, headers={"X-Request-Id": "logged-7"})
+    access = [r for r in caplog.records if r.name == "lilac.access"]
+    assert len(access) == 1
+    assert access[0].request_id == "logged-7"  # type: ignore[attr-defined]
+    fields = access[0].access  # type: ignore[attr-defined]
+    assert fields["endpoint"] == URL
+    assert fields["model"] == "scripted"
+    assert fields["status"] == 200
+    assert fields["outcome"] == "ok"
+    assert fields["completion_tokens"] == 3
+    assert fields["prompt_tokens"] > 0
+    assert 0 <= fields["ttft_s"] <= fields["duration_s"]
+    assert fields["queue_s"] is not None

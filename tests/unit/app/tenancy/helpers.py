@@ -1,0 +1,58 @@
+"""The app with `--auth keys` over a scripted engine and a real keys database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.main import create_app
+from app.settings import Settings
+from app.tenancy.keys import KeyLimits
+from app.tenancy.schema import usage
+from app.tenancy.service import Tenancy
+from engine.scripted import ScriptedEngine
+from tests.client import AppClient
+
+ADMIN_KEY = "admin-secret"
+URL = "/v1/chat/completions"
+
+
+def chat(**extra: Any) -> dict[str, Any]:
+    body = {"model": "scripted", "messages": [{"role": "user", "content": "hi there"}]}
+    return {**body, "max_tokens": 8, **extra}
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@asynccontextmanager
+async def keyed_app(
+    database: AsyncEngine, spool: Path, engine: ScriptedEngine | None = None
+) -> AsyncIterator[tuple[AppClient, Tenancy]]:
+    tenancy = Tenancy.with_database(database, spool)
+    app = create_app(
+        Settings(admin_key=ADMIN_KEY, auth="keys"),
+        engine=engine or ScriptedEngine(),
+        tenancy=tenancy,
+    )
+    async with AppClient(app, timeout=10) as http:
+        yield http, tenancy
+    assert tenancy.writer is not None
+    await tenancy.writer.close()
+
+
+async def new_key(tenancy: Tenancy, **limits: Any) -> tuple[str, str]:
+    assert tenancy.store is not None
+    record, secret = await tenancy.store.create("test", KeyLimits(**limits))
+    return record.id, secret
+
+
+async def usage_rows(database: AsyncEngine) -> list[Any]:
+    async with database.connect() as conn:
+        return list(await conn.execute(select(usage).order_by(usage.c.id)))

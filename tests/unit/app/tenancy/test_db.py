@@ -1,0 +1,97 @@
+"""Opening the database: migrations are idempotent, and a database the server cannot use
+(missing, read-only, locked, in a missing folder) is one clear error; `serve` exits
+non-zero with it before loading anything."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.cli import main
+from app.tenancy.db import DatabaseError, migrate, open_database
+
+
+async def test_migrating_again_is_a_no_op(database: AsyncEngine) -> None:
+    await migrate(database)
+    async with database.connect() as conn:
+        revision = (await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).one()
+    assert revision == ("0001",)
+
+
+async def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
+    engine = await open_database(f"sqlite:///{tmp_path}/x.db")
+    async with engine.connect() as conn:
+        mode = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
+    await engine.dispose()
+    assert mode == "wal"
+
+
+async def test_a_missing_file_when_keys_are_required(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="no keys database"):
+        await open_database(f"sqlite:///{tmp_path}/missing.db", must_exist=True)
+
+
+async def test_a_missing_folder(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="does not exist"):
+        await open_database(f"sqlite:///{tmp_path}/nope/x.db")
+
+
+def test_a_read_only_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve` on a database file nobody may write (immutable: even root cannot):
+    exit 2 and say so."""
+    path = tmp_path / "x.db"
+    url = f"sqlite:///{path}"
+    assert main(["keys", "create", "--name", "x", "--database-url", url]) == 0
+    subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        assert main(["serve", "--auth", "keys", "--database-url", url]) == 2
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    assert "not readable and writable" in capsys.readouterr().err
+
+
+async def test_a_locked_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    (await open_database(f"sqlite:///{path}")).sync_engine.dispose()
+    holder = sqlite3.connect(path)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(DatabaseError, match="locked"):
+            await open_database(f"sqlite:///{path}")
+    finally:
+        holder.rollback()
+        holder.close()
+
+
+def test_serve_refuses_to_start_without_its_keys_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["serve", "--auth", "keys", "--data-dir", str(tmp_path)])
+    assert code == 2
+    assert "no keys database" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_public_address_without_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--host", "0.0.0.0"]) == 2
+    message = capsys.readouterr().err
+    assert "--auth keys" in message and "--auth none" in message
+
+
+def test_keys_cli_creates_lists_revokes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    assert main(["keys", "create", "--name", "carol", "--rpm", "0", *data]) == 0
+    secret = capsys.readouterr().out.strip()
+    assert secret.startswith("lilac-sk-")
+    assert main(["keys", "list", "--format", "json", *data]) == 0
+    listed = capsys.readouterr().out
+    assert "carol" in listed and secret not in listed and '"rpm": 0' in listed
+    key_id = listed.split('"id": "')[1].split('"')[0]
+    assert main(["keys", "update", key_id, "--tpm", "500", *data]) == 0
+    assert '"tpm": 500' in capsys.readouterr().out
+    assert main(["keys", "revoke", key_id, *data]) == 0
+    assert main(["keys", "revoke", "key_nope", *data]) == 1
+    assert "no key with id" in capsys.readouterr().err

@@ -1,0 +1,76 @@
+"""The key store on both backends: keys are made, listed, changed and revoked; only
+their hash is kept; keys made concurrently are all distinct and all kept."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.tenancy.keys import (
+    PREFIX,
+    KeyLimits,
+    KeyNotFound,
+    KeyStore,
+    hash_key,
+    new_secret,
+    well_formed,
+)
+from app.tenancy.schema import api_keys
+
+
+def test_a_key_is_256_random_bits_behind_a_prefix() -> None:
+    secrets = {new_secret() for _ in range(100)}
+    assert len(secrets) == 100
+    for secret in secrets:
+        assert secret.startswith(PREFIX)
+        assert len(secret) == len(PREFIX) + 43  # 32 bytes, URL-safe base64
+        assert well_formed(secret)
+    assert not well_formed("lilac-sk-short")
+    assert not well_formed("sk-" + "a" * 43)
+
+
+async def test_create_list_update_revoke(database: AsyncEngine) -> None:
+    store = KeyStore(database)
+    record, secret = await store.create("alice", KeyLimits(tpm=1000, models=("m1",)))
+    assert record.limits.rpm == 200  # the default
+    found = await store.by_hash(hash_key(secret))
+    assert found is not None and found.id == record.id
+    assert found.limits == KeyLimits(rpm=200, tpm=1000, models=("m1",))
+    changed = await store.update(record.id, {"rpm": 5, "max_concurrent": 2, "models": None})
+    assert changed.limits == KeyLimits(rpm=5, tpm=1000, max_concurrent=2)
+    assert (await store.get(record.id)).limits == changed.limits
+    revoked = await store.revoke(record.id)
+    assert revoked.revoked and (await store.get(record.id)).revoked
+    assert [k.id for k in await store.list()] == [record.id]
+
+
+async def test_only_the_hash_is_stored(database: AsyncEngine) -> None:
+    _, secret = await KeyStore(database).create("bob", KeyLimits())
+    async with database.connect() as conn:
+        row = (await conn.execute(select(api_keys))).one()
+    assert secret not in [str(value) for value in row]
+    assert row.key_hash == hash_key(secret)
+
+
+async def test_unknown_ids_are_reported(database: AsyncEngine) -> None:
+    store = KeyStore(database)
+    for call in (store.revoke("key_nope"), store.update("key_nope", {"rpm": 1})):
+        try:
+            await call
+        except KeyNotFound as exc:
+            assert "key_nope" in str(exc)
+        else:
+            raise AssertionError("no KeyNotFound")
+    assert await store.by_hash(hash_key(new_secret())) is None
+
+
+async def test_concurrent_creation_keeps_every_key(database: AsyncEngine) -> None:
+    store = KeyStore(database)
+    made = await asyncio.gather(*(store.create(f"k{i}", KeyLimits()) for i in range(20)))
+    ids = {record.id for record, _ in made}
+    assert len(ids) == 20
+    assert {k.id for k in await store.list()} == ids
+    for record, secret in made:
+        assert (await store.by_hash(hash_key(secret))).id == record.id  # type: ignore[union-attr]

@@ -1,0 +1,92 @@
+"""Per-key limits: the buckets, limits of zero, token settlement, concurrency, and
+clock changes (the buckets run on the monotonic clock, so the wall clock jumping back
+or forward across a window changes nothing)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.tenancy.keys import KeyLimits
+from app.tenancy.limits import Limiter, RateLimited, duration
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_requests_per_minute_refill_continuously() -> None:
+    clock = Clock()
+    limiter = Limiter(clock)
+    limits = KeyLimits(rpm=2)
+    limiter.admit("k", limits, 0)
+    limiter.admit("k", limits, 0)
+    with pytest.raises(RateLimited, match="requests per minute") as refused:
+        limiter.admit("k", limits, 0)
+    assert refused.value.retry_after_s == pytest.approx(30.0)
+    clock.now += 30
+    limiter.admit("k", limits, 0)
+
+
+def test_limits_of_zero_refuse_everything() -> None:
+    limiter = Limiter(Clock())
+    for limits in (KeyLimits(rpm=0), KeyLimits(tpm=0), KeyLimits(max_concurrent=0)):
+        with pytest.raises(RateLimited) as refused:
+            limiter.admit("k", limits, 1)
+        assert 1 <= refused.value.retry_after_s <= 60  # finite, for Retry-After
+
+
+def test_tokens_are_reserved_then_settled() -> None:
+    clock = Clock()
+    limiter = Limiter(clock)
+    limits = KeyLimits(rpm=None, tpm=100)
+    held = limiter.admit("k", limits, 80)
+    with pytest.raises(RateLimited, match="tokens per minute"):
+        limiter.admit("k", limits, 30)
+    limiter.settle(held, 10)  # used 10 of the 80 reserved: 70 come back
+    headers = dict(limiter.headers("k", limits))
+    assert headers[b"x-ratelimit-remaining-tokens"] == b"90"
+    limiter.admit("k", limits, 30)
+    with pytest.raises(RateLimited):  # more than the whole limit never fits
+        limiter.admit("k", limits, 101)
+
+
+def test_concurrent_requests() -> None:
+    limiter = Limiter(Clock())
+    limits = KeyLimits(rpm=None, max_concurrent=1)
+    held = limiter.admit("k", limits, 0)
+    with pytest.raises(RateLimited, match="concurrent"):
+        limiter.admit("k", limits, 0)
+    limiter.settle(held, 0)
+    limiter.settle(held, 0)  # settling twice gives back one slot only
+    limiter.admit("k", limits, 0)
+    with pytest.raises(RateLimited):
+        limiter.admit("k", limits, 0)
+
+
+def test_wall_clock_changes_do_not_move_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real limiter (time.monotonic) while the wall clock jumps a day back and a day
+    forward: the exhausted bucket stays exhausted, and does not lock up either."""
+    limiter = Limiter()
+    limits = KeyLimits(rpm=60)  # one a second
+    for _ in range(60):
+        limiter.admit("k", limits, 0)
+    wall = time.time()
+    for jump in (-86400.0, 86400.0):
+        monkeypatch.setattr(time, "time", lambda jump=jump: wall + jump)
+        with pytest.raises(RateLimited) as refused:
+            limiter.admit("k", limits, 0)
+        assert refused.value.retry_after_s <= 1.0
+    time.sleep(1.05)
+    limiter.admit("k", limits, 0)  # one came back after a real second
+
+
+def test_reset_header_format() -> None:
+    assert duration(0.25) == b"250ms"
+    assert duration(1.5) == b"1.5s"
+    assert duration(360) == b"6m0s"

@@ -1,0 +1,107 @@
+"""GET /openapi.json: an OpenAPI 3.1 document of every route's real bodies, and a
+property-based run of the app against it (schemathesis, over the scripted engine,
+in-process ASGI): no 5xx, and every response matches the document."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import msgspec
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from app.main import create_app
+from app.openapi import ROUTES, document
+from app.settings import Settings
+from engine.scripted import ScriptedEngine
+
+EXAMPLES_PER_OPERATION = 20
+CASES: list[str] = []  # one entry per case run, for the count below
+
+
+async def test_document_is_served(client: httpx.AsyncClient) -> None:
+    response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    assert msgspec.json.decode(response.content) == msgspec.json.decode(
+        msgspec.json.encode(document())
+    )
+    assert response.json()["openapi"] == "3.1.0"
+
+
+async def test_document_covers_every_route(client: httpx.AsyncClient) -> None:
+    served = {
+        (method.lower(), route.path)
+        for route in client.app.routes
+        for method in getattr(route, "methods", ())
+        if method not in ("HEAD", "OPTIONS") and route.path != "/openapi.json"
+    }
+    assert served == {(route.method, route.path) for route in ROUTES}
+
+
+def test_request_bodies_are_the_decoded_types() -> None:
+    chat = document()["components"]["schemas"]["ChatCompletionRequest"]
+    assert {"messages", "model", "structured_outputs", "reasoning_effort"} <= set(
+        chat["properties"]
+    )
+    assert chat["properties"]["reasoning_effort"]["anyOf"][0]["enum"] == [
+        "high",
+        "low",
+        "max",
+        "medium",
+        "minimal",
+        "none",
+        "xhigh",
+    ]
+    paths = document()["paths"]
+    stream = paths["/v1/chat/completions"]["post"]["responses"]["200"]["content"]
+    assert set(stream) == {"application/json", "text/event-stream"}
+
+
+_app = create_app(Settings(), engine=ScriptedEngine(served_names=("scripted",)))
+schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
+# The coverage phase alone makes thousands of boundary cases (minutes here): the
+# explicit examples and EXAMPLES_PER_OPERATION generated ones keep the run short.
+schema.config.phases.coverage.enabled = False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_case_count() -> object:
+    started = time.monotonic()
+    yield
+    if CASES:  # the property run was selected: say how much it covered
+        print(f"\nschemathesis: {len(CASES)} cases in {time.monotonic() - started:.1f} s")
+
+
+@schema.hook
+def map_body(context: object, body: object) -> object:
+    # Half the cases name the served model, so that they get past the 404.
+    if isinstance(body, dict) and "model" in body and hash(str(body)) % 2:
+        body["model"] = "scripted"
+    return body
+
+
+@schema.parametrize()
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+def test_api_conforms_to_its_document(case: schemathesis.Case) -> None:
+    CASES.append(case.operation.label)
+    case.call_and_validate(
+        checks=[
+            not_a_server_error,
+            status_code_conformance,
+            content_type_conformance,
+            response_schema_conformance,
+        ]
+    )

@@ -1,0 +1,40 @@
+"""deploy/lilac-serve.service: restarted on failure, the admin key from a credentials
+file (never the command line or the environment), and that file read by the server."""
+
+import argparse
+import configparser
+from pathlib import Path
+
+from app.settings import build_parser, settings_from
+
+UNIT = Path(__file__).resolve().parents[3] / "deploy" / "lilac-serve.service"
+
+
+def unit() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep systemd's case
+    parser.read_string(UNIT.read_text())
+    return parser
+
+
+def test_the_unit_restarts_a_failed_server() -> None:
+    service = unit()["Service"]
+    assert service["Restart"] == "on-failure"
+    assert service["KillSignal"] == "SIGTERM"
+    assert int(service["TimeoutStopSec"]) > 30  # longer than the default grace period
+
+
+def test_the_admin_key_comes_from_a_credential_file() -> None:
+    service = unit()["Service"]
+    assert service["LoadCredential"].startswith("lilac.toml:")
+    exec_start = service["ExecStart"]
+    assert "--config %d/lilac.toml" in exec_start
+    assert "admin" not in exec_start.lower()
+    assert "LILAC_ADMIN_KEY" not in UNIT.read_text()
+
+
+def test_the_credential_file_sets_the_admin_key(tmp_path: Path) -> None:
+    config = tmp_path / "lilac.toml"
+    config.write_text('[admission]\nadmin_key = "s3cret"\n')
+    args = build_parser(argparse.ArgumentParser()).parse_args(["--config", str(config)])
+    assert settings_from(args, {}).admin_key == "s3cret"
