@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 from litestar import MediaType, Response, get
 
+from app.routes.admin_keys import KeyChanges
 from app.schemas.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from app.schemas.completions import Completion, CompletionRequest
 from app.schemas.errors import ErrorEnvelope
@@ -40,6 +41,8 @@ ERRORS = {
     "503": "Loading, draining, yielded to the GPU's owner or queue full (`Retry-After`)",
 }
 STATUS_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+ADMIN_ERRORS = ("400", "401", "403")
+KEY_ID = ("key_id", "path", {"type": "string"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class Route:
     streams: type | None = None  # the chunk type of `stream: true`
     errors: tuple[str, ...] = ("400", "404", "429", "500", "503")
     tags: tuple[str, ...] = field(default=())
+    # (name, where, JSON schema): path and query parameters
+    params: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
 
 ROUTES = (
@@ -98,6 +103,13 @@ ROUTES = (
     ),
     Route(
         "get",
+        "/health/live",
+        "Alive: the process and engine are healthy, yielded or not",
+        ok={"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]},
+        errors=("503",),
+    ),
+    Route(
+        "get",
         "/metrics",
         "Prometheus metrics",
         ok={"type": "string"},
@@ -124,6 +136,44 @@ ROUTES = (
         "Resume lending (admin key)",
         ok=STATUS_OBJECT,
         errors=("401", "403"),
+    ),
+    Route("get", "/admin/keys", "API keys (admin key)", ok=STATUS_OBJECT, errors=ADMIN_ERRORS),
+    Route(
+        "post",
+        "/admin/keys",
+        "Create an API key; its secret is returned once (admin key)",
+        KeyChanges,
+        STATUS_OBJECT,
+        errors=ADMIN_ERRORS,
+    ),
+    Route(
+        "patch",
+        "/admin/keys/{key_id}",
+        "Change a key's limits (admin key)",
+        KeyChanges,
+        STATUS_OBJECT,
+        errors=(*ADMIN_ERRORS, "404"),
+        params=(KEY_ID,),
+    ),
+    Route(
+        "delete",
+        "/admin/keys/{key_id}",
+        "Revoke a key (admin key)",
+        ok=STATUS_OBJECT,
+        errors=(*ADMIN_ERRORS, "404"),
+        params=(KEY_ID,),
+    ),
+    Route(
+        "get",
+        "/admin/usage",
+        "Usage by key, model or day (admin key)",
+        ok=STATUS_OBJECT,
+        errors=ADMIN_ERRORS,
+        params=(
+            ("by", "query", {"type": "string", "enum": ["key", "model", "day"]}),
+            ("since", "query", {"type": "string"}),
+            ("until", "query", {"type": "string"}),
+        ),
     ),
 )
 
@@ -159,7 +209,13 @@ def _operation(route: Route) -> dict[str, Any]:
             "content": {JSON: {"schema": _ref(ErrorEnvelope)}},
         }
     operation: dict[str, Any] = {"summary": route.summary, "responses": responses}
-    operation["operationId"] = f"{route.method}{route.path.replace('/', '_')}"
+    path_id = route.path.replace("/", "_").replace("{", "").replace("}", "")
+    operation["operationId"] = f"{route.method}{path_id}"
+    if route.params:
+        operation["parameters"] = [
+            {"name": name, "in": where, "required": where == "path", "schema": schema}
+            for name, where, schema in route.params
+        ]
     if route.body is not None:
         operation["requestBody"] = {
             "required": True,
