@@ -38,8 +38,13 @@ def _strftime_now(fmt: str) -> str:
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
+    # As transformers renders chat templates: published ones use `{% break %}`.
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, undefined=Undefined, autoescape=False
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=Undefined,
+        autoescape=False,
+        extensions=["jinja2.ext.loopcontrols"],
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception

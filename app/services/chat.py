@@ -57,7 +57,8 @@ def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
             item["tool_calls"] = template_tool_calls(tool_calls)
         reasoning = getattr(message, "reasoning", None)
         if reasoning is not None:
-            item["reasoning"] = reasoning
+            # Published templates read `reasoning_content`; ours and vLLM's read `reasoning`.
+            item["reasoning"] = item["reasoning_content"] = reasoning
         rendered.append(item)
     return rendered
 

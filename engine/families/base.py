@@ -8,7 +8,7 @@ side may read families too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,19 @@ class Family:
     # Quirk: with reasoning off, drop everything up to and including the first
     # occurrence of this marker from the content (GLM 5.x leaks its chain of thought).
     drop_leak_through: str | None = None
+    # Template variables built from a request's tools, as the family's own tokenizer
+    # builds them before rendering (Kimi's TypeScript `tools_ts_str`).
+    template_context: Callable[[list[dict[str, Any]] | None], dict[str, Any]] | None = None
+    # Lower-case name substrings of same-lineage models whose prompt format differs:
+    # they are not bound to this family (their checkpoint's own template is used).
+    other_versions: tuple[str, ...] = ()
+    # Tokens that end the model's turn (a tool call waiting for its response included):
+    # generation stops on them even when the checkpoint's generation config omits them.
+    turn_ends: tuple[str, ...] = ()
+    # Text that opens an assistant turn in the rendered prompt. Only what follows its
+    # last occurrence (the turn being generated) tells whether reasoning already ended:
+    # earlier turns, and system text quoting the markers, must not.
+    assistant_start: str | None = None
 
     def toggle(self, key: str) -> Toggle | None:
         return next((t for t in self.toggles if t.key == key), None)

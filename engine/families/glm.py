@@ -4,8 +4,10 @@ Thinking is on by default: the generation prompt opens `<think>`; with
 `enable_thinking: false` it writes an empty `<think></think>`. `reasoning_effort`
 (`high`, the default, or `max`) becomes a `Reasoning Effort:` system line while
 thinking is on. GLM 5.x sometimes reasons anyway with thinking off and closes with a
-bare `</think>`: that leaked prefix is dropped from the content. Tool calls come in
-`<tool_call>...</tool_call>`, arguments as `<arg_key>`/`<arg_value>` pairs.
+bare `</think>`: that leaked prefix is dropped from the content. Tools are declared
+unwrapped (the function object, without `strict`). Tool calls come in
+`<tool_call>...</tool_call>`, arguments as `<arg_key>`/`<arg_value>` pairs. Binds
+GLM 5.2 only: GLM-4.5 to 4.7, 5 and 5.1 write other prompts.
 """
 
 from engine.families.base import Family, Toggle
@@ -43,7 +45,10 @@ FAMILY = Family(
         "<arg_value>",
         "</arg_value>",
     ),
-    name_patterns=("glm-5", "glm5", "glm-4.5", "glm-4.6", "glm-4.7"),
-    model_types=("glm4_moe", "glm_moe_dsa", "glm5"),
+    name_patterns=("glm-5.2", "glm5.2", "glm-5p2", "glm_5.2"),
+    # No model types: GLM-4.5 to 4.7 share `glm4_moe`, GLM 5 to 5.2 `glm_moe_dsa`.
+    other_versions=("glm-4", "glm4", "glm-5", "glm5"),
+    turn_ends=("<|user|>", "<|observation|>"),
     drop_leak_through="</think>",
+    assistant_start="<|assistant|>",
 )

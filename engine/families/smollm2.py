@@ -9,4 +9,5 @@ FAMILY = Family(
     template="smollm2",
     special_tokens=("<|im_start|>", "<|im_end|>"),
     name_patterns=("smollm2",),
+    assistant_start="<|im_start|>assistant\n",
 )

@@ -58,6 +58,8 @@ class VLLMEngine:
         self._model: ModelInfo | None = None
         self._build: asyncio.Future[Any] | None = None
         self._parsing = OutputParsing(None, None)
+        self._turn_end_ids: tuple[int, ...] = ()
+        self._turn_end_texts: tuple[str, ...] = ()
         self._tool_parser = "hermes"
 
     @property
@@ -103,6 +105,10 @@ class VLLMEngine:
             raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
         self._template = template
         self._parsing = OutputParsing(family, self._tokenizer)
+        vocab = self._tokenizer.get_vocab()
+        turn_ends = family.turn_ends if family else ()
+        self._turn_end_ids = tuple(vocab[token] for token in turn_ends if token in vocab)
+        self._turn_end_texts = tuple(turn_ends)
         family_parser = family.tool_parser if family else None
         self._tool_parser = self._config.tool_parser or family_parser or "hermes"
         if self._model is not None:
@@ -178,6 +184,9 @@ class VLLMEngine:
             kwargs = dict(request.template_kwargs)
             if calls_tools(request.tools, request.tool_choice):
                 kwargs["tools"] = request.tools
+                family = self._parsing.family
+                if family is not None and family.template_context is not None:
+                    kwargs.update(family.template_context(request.tools))
             if request.documents is not None:
                 kwargs["documents"] = request.documents
             text = render_chat(
@@ -234,7 +243,7 @@ class VLLMEngine:
             # the prompt (and its length, for the budget and `prompt_tokens`) grows.
             prompt = await self._multimodal_prompt(prompt_ids, request.images)
             prompt_ids = list(prompt["prompt_token_ids"])
-        parsing.prompt_token_ids = prompt_ids
+        parsing.prompt_token_ids = await off_loop(self._parsing.current_turn, prompt_ids)
         max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
         # Checking and bounding schemas and building the grammar's spec: off the loop too.
         constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
@@ -248,7 +257,7 @@ class VLLMEngine:
                     prompt_ids,
                     _Plan(single, max_tokens, f"{request.request_id}-{i}", constraint),
                     # each stream's choice 0 is its own: its own reasoning splitter
-                    RequestParsing(parsing.parsing, parsing.settings, prompt_ids),
+                    RequestParsing(parsing.parsing, parsing.settings, parsing.prompt_token_ids),
                 )
                 for i in range(sampling.n)
             ]
@@ -298,7 +307,9 @@ class VLLMEngine:
 
         sampling = plan.sampling
         try:
-            params = to_sampling_params(sampling, plan.max_tokens)
+            params = to_sampling_params(
+                sampling, plan.max_tokens, self._turn_end_ids, self._turn_end_texts
+            )
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
         params.structured_outputs = plan.constraint

@@ -6,6 +6,12 @@ parser class. Per request it resolves the reasoning controls (`prepare`), and pe
 choice it splits the streamed text into reasoning and content (`ChoiceSplitter`),
 exactly as `vllm serve --reasoning-parser NAME` would: the same parser, fed the same
 deltas and token ids, told about the same template kwargs and prompt.
+
+"The same prompt" is the current assistant turn only (`OutputParsing.current_turn`):
+vLLM's parsers decide whether reasoning already ended by looking for the end marker in
+the ids they are given, and a system turn that quotes the markers (MiniMax M3's
+thinking instructions) or a past turn's reasoning would otherwise end it before the
+model wrote anything.
 """
 
 from __future__ import annotations
@@ -32,7 +38,11 @@ class RequestParsing:
         reasoning parser from these, so it agrees with ours on where reasoning ends."""
         if self.parsing.parser_cls is None:
             return {}
-        return {"reasoning_parser_kwargs": {"chat_template_kwargs": dict(self.settings)}}
+        return {
+            "reasoning_parser_kwargs": {"chat_template_kwargs": dict(self.settings)},
+            # Decided from the current turn: left unset, vLLM scans the whole prompt.
+            "reasoning_ended": self.parsing.reasoning_ended(self.settings, self.prompt_token_ids),
+        }
 
     def apply(self, delta: ChoiceDelta, token_ids: list[int]) -> ChoiceDelta:
         """Split `delta.text` into `delta.reasoning` and `delta.text` (the content)."""
@@ -79,6 +89,21 @@ class OutputParsing:
         if self.parser_cls is not None:
             request.sampling = replace(request.sampling, skip_special_tokens=False)
         return request, RequestParsing(self, settings)
+
+    def current_turn(self, prompt_token_ids: list[int]) -> list[int]:
+        """The prompt's ids from the last assistant-turn start on (the whole prompt when
+        the family names no start or the prompt has none, e.g. a raw completion)."""
+        marker = self.family.assistant_start if self.family else None
+        if not marker or self.parser_cls is None:
+            return prompt_token_ids
+        start = last_occurrence(self.tokenizer, prompt_token_ids, marker)
+        return prompt_token_ids if start is None else prompt_token_ids[start:]
+
+    def reasoning_ended(self, settings: dict[str, Any], turn_token_ids: list[int]) -> bool:
+        """Whether the current turn's prompt already closed reasoning (a thinking-off
+        prefill), as the family's parser judges it."""
+        parser = self.parser_cls(self.tokenizer, None, chat_template_kwargs=dict(settings))
+        return bool(parser.is_reasoning_end(list(turn_token_ids)))
 
     def splitter(self, settings: dict[str, Any], prompt_token_ids: list[int]) -> ChoiceSplitter:
         if self.parser_cls is None or self.family is None:
@@ -152,6 +177,31 @@ class LeakGuard(ChoiceSplitter):
             return reasoning, held
         self._held = held
         return reasoning, ""
+
+
+def last_occurrence(tokenizer: Any, token_ids: list[int], text: str) -> int | None:
+    """The largest `i` whose suffix `token_ids[i:]` decodes to text containing `text`,
+    or None. Searched on text, not ids: the marker may be spelled over several tokens,
+    merged differently with its neighbours. Suffixes only grow as `i` falls, so a
+    doubling step then a bisection take O(log n) decodes."""
+
+    def contains(i: int) -> bool:
+        return text in tokenizer.decode(token_ids[i:], skip_special_tokens=False)
+
+    n = len(token_ids)
+    step = 1
+    while not contains(low := max(n - step, 0)):
+        if low == 0:
+            return None
+        step *= 2
+    high = n - step // 2  # the last suffix tried before `low` (an empty one at first)
+    while high - low > 1:  # invariant: contains(low), not contains(high)
+        mid = (low + high) // 2
+        if contains(mid):
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def _parser_class(family: Family | None, tokenizer: Any) -> Any:

@@ -9,6 +9,7 @@ free text stays free, and a call, once opened, can only finish valid.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,9 @@ from typing import Any
 from engine.errors import EngineRequestError
 from engine.protocol import ToolCallDelta
 from engine.schema_bounds import fit_to_budget
+
+# What vLLM's kimi_k2 parser accepts as a call id (it reads the function name from it).
+KIMI_CALL_ID = re.compile(r"functions\.[^:]+:\d+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +137,9 @@ class ToolCallStream:
         self._token_ids: list[int] = []
         self._sent_args: dict[int, str] = {}
         self._ids: dict[int, str] = {}
+        # Kimi's ids name the function (`functions.NAME:IDX`): its template replays them
+        # and its parser reads the name back, so they are kept as the model wrote them.
+        self._kimi_ids = parser_name == "kimi_k2"
         self.called = False
 
     def feed(self, text: str, token_ids: list[int]) -> tuple[str, list[ToolCallDelta]]:
@@ -158,12 +165,19 @@ class ToolCallStream:
         function = call.function
         call_id = None
         if index not in self._ids:
-            self._ids[index] = f"call_{uuid.uuid4().hex[:24]}"
+            self._ids[index] = self._new_id(index, call.id, function.name if function else None)
             call_id = self._ids[index]
         arguments = (function.arguments if function else None) or ""
         self._sent_args[index] = self._sent_args.get(index, "") + arguments
         name = function.name if function else None
         return ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments)
+
+    def _new_id(self, index: int, parsed_id: str | None, name: str | None) -> str:
+        if not self._kimi_ids:
+            return f"call_{uuid.uuid4().hex[:24]}"
+        if parsed_id and KIMI_CALL_ID.fullmatch(parsed_id):
+            return parsed_id
+        return f"functions.{name or 'unknown'}:{index}"
 
     def finish(self) -> list[ToolCallDelta]:
         """Whatever the streaming parser held back, judged against a parse of the whole text."""
@@ -176,7 +190,7 @@ class ToolCallStream:
             full = call.function.arguments
             sent = self._sent_args.get(index, "")
             if index not in self._ids:
-                self._ids[index] = f"call_{uuid.uuid4().hex[:24]}"
+                self._ids[index] = self._new_id(index, call.id, call.function.name)
                 deltas.append(ToolCallDelta(index, self._ids[index], call.function.name, full))
             elif full.startswith(sent) and len(full) > len(sent):
                 deltas.append(ToolCallDelta(index, None, None, full[len(sent) :]))

@@ -162,6 +162,51 @@ async def test_kimi_thinking_off(family_client, family_engine, fields) -> None:
     assert reasoning == "" and re.fullmatch(WORDS, content)
 
 
+KIMI_CALL = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>'
+)
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+async def test_kimi_tool_call_ids_round_trip(family_client, family_engine) -> None:
+    # The model writes Kimi's id; the response keeps it, and the next turn replays it.
+    bind(family_engine, "kimi_k2", re.escape(KIMI_CALL))
+    # The markers are spelled out in this test checkpoint: many tokens, not 5.
+    fields = {"tools": [WEATHER_TOOL], "thinking": False, "max_tokens": 400}
+    plain = await chat(family_client, **fields)
+    choice = plain["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    (call,) = choice["message"]["tool_calls"]
+    assert call["id"] == "functions.get_weather:0" and call["function"]["name"] == "get_weather"
+    assert "namespace functions {\ntype get_weather = (_: {" in family_engine.last_prompt
+    _, _, chunks = await chat_stream(family_client, **fields)
+    streamed = [
+        tool_call["id"]
+        for chunk in chunks
+        for tool_call in chunk["choices"][0]["delta"].get("tool_calls") or []
+        if tool_call.get("id")
+    ]
+    assert streamed == ["functions.get_weather:0"]
+
+    bind(family_engine, "kimi_k2", WORDS)
+    history = [
+        *USER,
+        {"role": "assistant", "content": None, "tool_calls": choice["message"]["tool_calls"]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "sunny"},
+    ]
+    await chat(family_client, messages=history, tools=[WEATHER_TOOL], max_tokens=4)
+    prompt = family_engine.last_prompt
+    assert "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>" in prompt
+    assert "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\nsunny" in prompt
+
+
 # ------------------------------------------------------------------ GLM 5.2
 
 
@@ -211,7 +256,8 @@ async def test_gemma_does_not_think_by_default(family_client, family_engine) -> 
     bind(family_engine, "gemma4", WORDS)
     reasoning, content = await split_both_ways(family_client)
     assert "<|think|>" not in family_engine.last_prompt
-    assert family_engine.last_prompt.endswith("<|turn>model\n")
+    # Thinking off: the prompt prefills an empty thought channel, as Gemma's template does.
+    assert family_engine.last_prompt.endswith("<|turn>model\n<|channel>thought\n<channel|>")
     assert reasoning == "" and re.fullmatch(WORDS, content)
 
 
@@ -220,8 +266,17 @@ async def test_gemma_thinking_on(family_client, family_engine) -> None:
     reasoning, content = await split_both_ways(
         family_client, chat_template_kwargs={"enable_thinking": True}
     )
-    assert "<|turn>system\n<|think|>" in family_engine.last_prompt
+    assert "<|turn>system\n<|think|>\n<turn|>" in family_engine.last_prompt
     assert_split(reasoning, content, ("<|channel>", "<channel|>", "thought"))
+
+
+async def test_gemma_end_of_turn_stops_generation(family_client, family_engine) -> None:
+    # The checkpoint's generation config does not list <turn|>: the family's turn ends do.
+    bind(family_engine, "gemma4", f"{WORDS}{re.escape('<turn|>')}{WORDS}")
+    plain = await chat(family_client)
+    choice = plain["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert re.fullmatch(WORDS, choice["message"]["content"])
 
 
 # ------------------------------------------------------------------ MiniMax M3
@@ -231,6 +286,7 @@ async def test_minimax_adaptive_by_default(family_client, family_engine) -> None
     bind(family_engine, "minimax_m3", between("<mm:think>", "</mm:think>"))
     reasoning, content = await split_both_ways(family_client)
     assert family_engine.last_prompt.endswith("]~b]ai\n")
+    assert "Current thinking mode: adaptive." in family_engine.last_prompt
     assert_split(reasoning, content, ("<mm:think>", "</mm:think>"))
 
 
@@ -246,7 +302,8 @@ async def test_minimax_disabled(family_client, family_engine) -> None:
     bind(family_engine, "minimax_m3", WORDS)
     fields = {"chat_template_kwargs": {"thinking_mode": "disabled"}}
     reasoning, content = await split_both_ways(family_client, **fields)
-    assert family_engine.last_prompt.endswith("<mm:think></mm:think>")
+    assert family_engine.last_prompt.endswith("]~b]ai\n</mm:think>")
+    assert "Current thinking mode: disabled." in family_engine.last_prompt
     assert reasoning == "" and re.fullmatch(WORDS, content)
 
 
@@ -275,7 +332,8 @@ async def test_reasoning_counts_in_completion_tokens(family_client, family_engin
     [
         ("kimi_k2", {"chat_template_kwargs": {"thinking": "no"}}, "chat_template_kwargs.thinking"),
         ("kimi_k2", {"thinking": "no"}, "thinking"),
-        ("glm45", {"reasoning_effort": "low"}, "reasoning_effort"),
+        # Every OpenAI level is a GLM effort ("low" means "high"): only an unknown one is bad.
+        ("glm45", {"reasoning_effort": "ultra"}, "reasoning_effort"),
         (
             "glm45",
             {"chat_template_kwargs": {"reasoning_effort": 3}},

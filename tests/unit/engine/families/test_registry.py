@@ -31,11 +31,22 @@ def test_unknown_family_lists_the_known_ones() -> None:
     [
         ("/cache/SmolLM2-135M-Instruct", {"model_type": "llama"}, "smollm2"),
         ("moonshotai/Kimi-K2.6", None, "kimi_k2"),
+        ("moonshotai/Kimi-K2.5", None, "kimi_k2"),
         ("zai-org/GLM-5.2", None, "glm45"),
         ("google/gemma-4-31b-it", None, "gemma4"),
         ("MiniMaxAI/MiniMax-M3", None, "minimax_m3"),
         ("/models/my-finetune", {"model_type": "gemma4_text"}, "gemma4"),
+        ("/models/kimi-tune", {"model_type": "kimi_k25"}, "kimi_k2"),
         ("/models/other", {"model_type": "llama"}, None),
+        # Other versions of a lineage write other prompts: no family, the checkpoint's own.
+        ("zai-org/GLM-4.5-Air", None, None),
+        ("zai-org/GLM-4.6", None, None),
+        ("zai-org/GLM-4.7-Flash", None, None),
+        ("zai-org/GLM-5", None, None),
+        ("zai-org/GLM-5.1", {"model_type": "glm_moe_dsa"}, None),
+        ("moonshotai/Kimi-K2-Thinking", {"model_type": "kimi_k2"}, None),
+        ("MiniMaxAI/MiniMax-M2", None, None),
+        ("/models/glm-tune", {"model_type": "glm4_moe"}, None),
     ],
 )
 def test_detect(model, config, expected) -> None:
@@ -43,10 +54,17 @@ def test_detect(model, config, expected) -> None:
     assert (family.name if family else None) == expected
 
 
+def test_another_version_warns_that_the_checkpoint_template_is_used(caplog) -> None:
+    with caplog.at_level("WARNING", logger="engine.families"):
+        assert families.detect("zai-org/GLM-4.6") is None
+    assert "checkpoint's own chat template" in caplog.text and "glm45" in caplog.text
+
+
 def test_for_model_reads_the_folder_config_and_the_flag_wins(tmp_path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "glm4_moe"}))
-    assert families.for_model(str(tmp_path)).name == "glm45"
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "kimi_k25"}))
+    assert families.for_model(str(tmp_path)).name == "kimi_k2"
     assert families.for_model(str(tmp_path), "gemma4").name == "gemma4"
+    assert families.for_model("zai-org/GLM-4.6", "glm45").name == "glm45"
 
 
 def test_defaults_fill_the_template_variables() -> None:

@@ -12,7 +12,13 @@ import pytest
 from engine import families
 from engine.checkpoint import default_model_dir
 from engine.protocol import GenerateRequest, SamplingOptions
-from engine.vllm_backend.reasoning import LeakGuard, OutputParsing, PlainSplitter
+from engine.vllm_backend.reasoning import (
+    LeakGuard,
+    OutputParsing,
+    PlainSplitter,
+    RequestParsing,
+    last_occurrence,
+)
 from tests.family_model import make_family_checkpoint
 
 
@@ -30,7 +36,7 @@ def split(parsing: OutputParsing, settings: dict, prompt: str, chunks: list[list
     """Feed the chunks of token ids as deltas; return (reasoning, content)."""
     tok = parsing.tokenizer
     prompt_ids = tok.encode(prompt, add_special_tokens=False)
-    splitter = parsing.splitter(settings, prompt_ids)
+    splitter = parsing.splitter(settings, parsing.current_turn(prompt_ids))  # as the engine
     seen: list[int] = []
     text_so_far = ""
     reasoning, content = [], []
@@ -141,3 +147,56 @@ def test_leak_guard(pieces, expected) -> None:
     guard = LeakGuard(PlainSplitter(), "</think>")
     out = [guard.feed(p, [], i == len(pieces) - 1)[1] for i, p in enumerate(pieces)]
     assert out == expected
+
+
+# MiniMax M3's system turn quotes both markers; a past turn closed its reasoning too.
+MINIMAX_HISTORY = (
+    "]~!b[]~b]system\nUse <mm:think></mm:think> or answer after </mm:think>.[e~[\n"
+    "]~b]user\nhi[e~[\n]~b]ai\n</mm:think>hello[e~[\n]~b]user\nagain[e~[\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("mode", "prefill", "ended"),
+    [("adaptive", "", False), ("enabled", "<mm:think>", False), ("disabled", "</mm:think>", True)],
+)
+def test_only_the_current_turn_decides_whether_reasoning_ended(
+    tokenizer, mode: str, prefill: str, ended: bool
+) -> None:
+    parsing = OutputParsing(families.get("minimax_m3"), tokenizer)
+    settings = {"thinking_mode": mode}
+    prompt = tokenizer.encode(MINIMAX_HISTORY + "]~b]ai\n" + prefill, add_special_tokens=False)
+    turn = parsing.current_turn(prompt)
+    assert tokenizer.decode(turn, skip_special_tokens=False).endswith("]~b]ai\n" + prefill)
+    assert "user" not in tokenizer.decode(turn, skip_special_tokens=False)
+    assert parsing.reasoning_ended(settings, turn) is ended
+    if mode == "adaptive":  # the whole prompt would say it ended before it began
+        assert parsing.reasoning_ended(settings, prompt) is True
+    request = RequestParsing(parsing, settings, turn)
+    assert request.engine_kwargs["reasoning_ended"] is ended
+    output = "hello there</mm:think>fine" if mode == "enabled" else "fine"
+    if mode == "adaptive":
+        output = "<mm:think>hello there</mm:think>fine"
+    expected = ("" if mode == "disabled" else "hello there", "fine")
+    assert every_split(parsing, settings, MINIMAX_HISTORY + "]~b]ai\n" + prefill, output) == {
+        expected
+    }
+
+
+def test_last_occurrence_is_the_last_suffix_holding_the_text(tokenizer) -> None:
+    marker = "]~b]ai\n"
+    ids = tokenizer.encode(MINIMAX_HISTORY + marker + "<mm:think>", add_special_tokens=False)
+    for end in range(len(ids) + 1):
+        ids_so_far = ids[:end]
+        holding = [
+            i
+            for i in range(len(ids_so_far))
+            if marker in tokenizer.decode(ids_so_far[i:], skip_special_tokens=False)
+        ]
+        assert last_occurrence(tokenizer, ids_so_far, marker) == (max(holding) if holding else None)
+
+
+def test_no_assistant_start_means_the_whole_prompt(tokenizer) -> None:
+    parsing = OutputParsing(families.get("minimax_m3"), tokenizer)
+    prompt = tokenizer.encode("a raw completion prompt", add_special_tokens=False)
+    assert parsing.current_turn(prompt) == prompt

@@ -151,3 +151,29 @@ def test_json_object_end() -> None:
     text = 'x {"a": "}\\"{", "b": {"c": 1}} tail'
     assert text[: json_object_end(text, 0)] == 'x {"a": "}\\"{", "b": {"c": 1}}'
     assert json_object_end('{"a": "open', 0) is None
+
+
+KIMI_TEXT = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3"
+    '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>'
+)
+
+
+def run_parser(tokenizer, parser: str, pieces: list[str]) -> dict:  # type: ignore[no-untyped-def]
+    stream = ToolCallStream(parser, REQUEST, tokenizer)
+    deltas = []
+    for piece in pieces:
+        deltas.extend(stream.feed(piece, tokenizer.encode(piece, add_special_tokens=False))[1])
+    deltas.extend(stream.finish())
+    return {d.index: d.id for d in deltas if d.id}
+
+
+@pytest.mark.parametrize("split", [None, 40, 75])
+def test_kimi_keeps_the_models_own_call_ids(tokenizer, split: int | None) -> None:  # type: ignore[no-untyped-def]
+    pieces = [KIMI_TEXT] if split is None else [KIMI_TEXT[:split], KIMI_TEXT[split:]]
+    assert run_parser(tokenizer, "kimi_k2", pieces) == {0: "functions.get_weather:3"}
+
+
+def test_other_formats_mint_openai_ids(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    (call_id,) = run_parser(tokenizer, "hermes", [TEXT]).values()
+    assert call_id.startswith("call_") and len(call_id) == 29
