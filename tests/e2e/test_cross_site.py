@@ -55,7 +55,9 @@ def test_admin_key_works_and_stays_out_of_the_engine_processes(server: RunningSe
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
         ok = http.get("/admin/admission/", headers={"authorization": f"Bearer {ADMIN_KEY}"})
         assert ok.status_code == 200, ok.text
-        wrong = http.get("/admin/admission/", headers={"authorization": "Bearer cl\u00e9"})
+        # Raw bytes: a client may send any header bytes; httpx would refuse a non-ASCII str.
+        non_ascii = "Bearer cl\u00e9".encode()
+        wrong = http.get("/admin/admission/", headers={"authorization": non_ascii})
         assert wrong.status_code == 401
     main = psutil.Process(server.process.pid)
     # The worker's children (the engine core and its helpers) start after the worker has

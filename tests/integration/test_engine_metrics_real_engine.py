@@ -1,6 +1,12 @@
 """/metrics over the real engine: vLLM's own series (names, labels and buckets of `vllm
 serve`) move with a request, beside the `lilac_` ones; every series the Grafana
-dashboard queries is in the scrape."""
+dashboard queries is in the scrape.
+
+vLLM keeps its series in prometheus_client's global registry and unregisters them each
+time an engine is built: in a process that builds several engines (the family tests
+build their own), only the last one's series are scraped. This module is named to run
+before the family tests, while the session engine is the last one built; a server runs
+one engine per process, so it always scrapes its own."""
 
 from __future__ import annotations
 
