@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model serve test lint format bench bench-save load soak burst fleet-demo clean
+.PHONY: install model postgres serve test lint format bench bench-save load soak burst fleet-demo clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,7 +39,12 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 # pytest exits 5 when it collected no test: make treats that as a failure too.
-test: model lint
+# The tenancy tests start a real PostgreSQL server: Debian's, installed when missing.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		(apt-get update && apt-get install -y --no-install-recommends postgresql-15)
+
+test: model lint postgres
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Micro-benchmarks (perf/test_*.py), compared with the committed baseline by perf/bench.py:
