@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from app.settings import Settings, build_parser, settings_from
+from app.settings import Settings
+from app.settings_sources import build_parser, settings_from
 
 
 def main(argv: Sequence[str] | None = None) -> int:

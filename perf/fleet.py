@@ -159,7 +159,7 @@ def _start_replica(config: FleetConfig, index: int) -> tuple[subprocess.Popen[by
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     flags = _replica_settings(timeline, port)
     if config.scripted:
-        from app.settings import parse_args
+        from app.settings_sources import parse_args
 
         env["LILAC_SETTINGS_JSON"] = json.dumps(_settings_json(parse_args(flags)))
         command = [sys.executable, "-c", SCRIPTED_SERVE.format(port=port)]

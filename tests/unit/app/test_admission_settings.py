@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from app.services.admission import policy_from
-from app.settings import Settings, build_parser, settings_from
+from app.settings import Settings
+from app.settings_sources import build_parser, settings_from
 
 
 def parse(argv: list[str], environ: dict[str, str]) -> Settings:

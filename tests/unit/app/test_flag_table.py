@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 
 from app.services.admission import policy_from
-from app.settings import OPTIONS, Settings, build_parser, settings_from
+from app.settings import Settings
+from app.settings_sources import OPTIONS, build_parser, settings_from
 from engine.admission.policy import Policy
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.services.images import ImageLimits
-from app.settings import parse_args, settings_from
+from app.settings_sources import parse_args, settings_from
 
 
 def test_defaults() -> None:

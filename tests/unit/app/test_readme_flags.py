@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import OPTIONS, SECTIONS, markdown_table
+from app.settings import SECTIONS
+from app.settings_sources import OPTIONS, markdown_table
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 HEADER = "| flag | environment | default | meaning |"
@@ -54,7 +55,7 @@ def test_readme_table_matches_the_flag_table(section: str) -> None:
     readme = tables[HEADINGS[section]]
     expected = expected_rows(section)
     # One message per disagreeing flag (flag, environment, default, meaning), then the table
-    # to paste into the README: `app.settings.markdown_table(section)`.
+    # to paste into the README: `app.settings_sources.markdown_table(section)`.
     by_flag = {row[0]: row for row in readme}
     problems = []
     for row in expected:

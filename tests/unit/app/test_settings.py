@@ -2,7 +2,8 @@ import argparse
 
 import pytest
 
-from app.settings import Settings, build_parser, settings_from
+from app.settings import Settings
+from app.settings_sources import build_parser, settings_from
 
 
 def parse(argv: list[str], environ: dict[str, str]) -> Settings:

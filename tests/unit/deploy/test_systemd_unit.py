@@ -5,7 +5,7 @@ import argparse
 import configparser
 from pathlib import Path
 
-from app.settings import build_parser, settings_from
+from app.settings_sources import build_parser, settings_from
 
 UNIT = Path(__file__).resolve().parents[3] / "deploy" / "lilac-serve.service"
 

@@ -13,7 +13,8 @@ from PIL import Image
 
 from app.errors import InvalidRequest
 from app.schemas.chat import ImagePart, ImageURL, TextPart, UserMessage
-from app.services.images import ImageLimits, ImageLoader, is_public, template_content
+from app.services.addresses import is_public
+from app.services.images import ImageLimits, ImageLoader, template_content
 from engine.errors import EngineUnavailable
 from engine.scripted import ScriptedEngine
 from tests.images import (
