@@ -47,3 +47,21 @@ class EngineUnavailable(EngineError):
 
 class EngineFailure(EngineError):
     """The engine broke while generating; details are logged, not sent."""
+
+
+class ModelWakeFailed(EngineError):
+    """A sleeping model could not be woken (no room in the memory budget, or the wake
+    itself failed); the model stays listed, asleep, and a later request may wake it."""
+
+    def __init__(self, message: str, retry_after_s: float = 5.0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class ModelStateConflict(EngineError):
+    """An operator's sleep or wake the model's state refuses (pinned, busy, yielded)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

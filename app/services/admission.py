@@ -11,9 +11,9 @@ from app.settings import Settings
 from engine.admission.lending import parse_windows
 from engine.admission.policy import Policy
 from engine.admission.probes import Probe, make_probe
-from engine.admission.runtime import AdmissionController
+from engine.admission.runtime import AdmissionController, AdmittedHost
 from engine.checks import default_output_tokens
-from engine.protocol import Engine, GenerateRequest
+from engine.protocol import GenerateRequest
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -52,7 +52,7 @@ def probe_from(settings: Settings) -> Probe:
 
 
 def build_controller(
-    settings: Settings, engine: Engine, probe: Probe | None = None
+    settings: Settings, engine: AdmittedHost, probe: Probe | None = None
 ) -> AdmissionController:
     return AdmissionController(policy_from(settings), probe or probe_from(settings), engine)
 

@@ -16,7 +16,7 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from engine.admission.lease import Lease
 from engine.admission.policy import (
@@ -33,11 +33,18 @@ from engine.admission.policy import (
 from engine.admission.probes import GpuSample, Probe
 from engine.admission.queue import AdmissionQueue, Ticket, estimate_tokens
 from engine.checks import require_ready
-from engine.protocol import Engine, GenerateRequest, ModelInfo
+from engine.protocol import GenerateRequest, ModelHost, ModelInfo
 
 log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
+
+
+class AdmittedHost(ModelHost, Protocol):
+    """What admission asks of the engine (one engine, or every model of a pool at
+    once): the host side, and ending a request it drains."""
+
+    async def abort(self, request_id: str) -> None: ...
 
 
 class AdmissionController:
@@ -45,7 +52,7 @@ class AdmissionController:
         self,
         policy: Policy,
         probe: Probe,
-        engine: Engine,
+        engine: AdmittedHost,
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,

@@ -1,0 +1,440 @@
+"""Several models in one server: each asleep until a request names it.
+
+`ModelPool` holds one `WarmModel` per configured model. A `WarmModel` is an
+`engine.protocol.Engine` that delegates to the model's own engine, except that a
+generation first waits for the model to be awake (waking it if asleep: concurrent
+requests share one wake), is counted while in flight and stamps the model's last use.
+
+The rules, all decided here under one lock so that memory is counted once:
+- a model idle for its `keep_alive_s` sleeps (0: as soon as it is idle; -1: never);
+  pinned models and models with requests in flight never sleep;
+- before a wake, while the awake models' `memory_gib` plus the waking one's exceeds
+  the budget, the least recently used idle unpinned awake model sleeps; when none can,
+  the wake waits (at most `wake_wait_s`) for one to become idle;
+- a wake that cannot fit (the model alone exceeds the budget, or no room came in
+  time) or that raises fails with `ModelWakeFailed`; the model stays listed, asleep;
+- while the owner has the accelerator (`pause_all`), every awake model is paused; on
+  return (`resume_all`) those come back and sleeping ones stay asleep. A wake asked for
+  meanwhile (an operator's) is done on return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing, suppress
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from engine.errors import ModelStateConflict, ModelWakeFailed
+from engine.protocol import Engine, GenerateOutput, GenerateRequest, ModelInfo
+from engine.warm.sleeper import Sleeper
+
+log = logging.getLogger("lilac.warm")
+
+_ROOM_POLL_S = 0.05  # how often a wake waiting for memory looks again
+
+
+class ModelState(StrEnum):
+    LOADING = "loading"
+    AWAKE = "awake"
+    WAKING = "waking"
+    ASLEEP = "asleep"
+
+
+@dataclass(frozen=True, slots=True)
+class WarmConfig:
+    """How one model shares the box."""
+
+    keep_alive_s: float = -1.0  # idle seconds before it sleeps; 0: at once; -1: never
+    memory_gib: float = 0.0  # counted against the pool's budget while awake
+    pinned: bool = False  # never sleeps (neither idle nor to make room)
+
+
+class WarmModel:
+    """One model of the pool, usable wherever an `Engine` is."""
+
+    def __init__(self, engine: Engine, config: WarmConfig, pool: ModelPool) -> None:
+        self.engine = engine
+        self.config = config
+        self._pool = pool
+        self.state = ModelState.AWAKE if engine.is_ready() else ModelState.LOADING
+        self.in_flight = 0
+        self.last_used = pool.clock()
+        self.wakes = 0  # wakes completed
+        self.waiters = 0  # requests that waited for a wake
+        self.wake_task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.engine.model.name
+
+    @property
+    def model(self) -> ModelInfo:
+        return self.engine.model
+
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
+        self.in_flight += 1  # from now on the model cannot be put to sleep
+        try:
+            await self._pool.ensure_awake(self)
+            async with aclosing(self.engine.generate(request)) as outputs:
+                async for output in outputs:
+                    yield output
+        finally:
+            self.in_flight -= 1
+            self.last_used = self._pool.clock()
+            self._pool.changed()
+
+    # Everything else is the model's own engine.
+
+    async def abort(self, request_id: str) -> None:
+        await self.engine.abort(request_id)
+
+    async def start(self) -> None:
+        await self.engine.start()
+
+    async def shutdown(self) -> None:
+        await self.engine.shutdown()
+
+    def is_alive(self) -> bool:
+        return self.engine.is_alive()
+
+    def is_ready(self) -> bool:
+        return self.engine.is_ready()
+
+    def unfinished_requests(self) -> int:
+        return self.engine.unfinished_requests()
+
+    def failure(self) -> str | None:
+        return self.engine.failure()
+
+    def tokenize(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        add_special_tokens: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        return self.engine.tokenize(
+            prompt=prompt,
+            messages=messages,
+            add_special_tokens=add_special_tokens,
+            add_generation_prompt=add_generation_prompt,
+        )
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return self.engine.detokenize(token_ids)
+
+    async def pause(self) -> None:
+        await self.engine.pause()
+
+    async def resume(self) -> None:
+        await self.engine.resume()
+
+    async def release_memory(self) -> bool:
+        return await self.engine.release_memory()
+
+    async def reacquire_memory(self) -> None:
+        await self.engine.reacquire_memory()
+
+
+# Observers hear ("wake", model, seconds) after each wake and ("waiter", model, 0.0)
+# for each request that waits for one.
+Observer = Callable[[str, WarmModel, float], None]
+
+
+class ModelPool:
+    def __init__(
+        self,
+        sleeper: Sleeper,
+        *,
+        budget_gib: float | None = None,
+        wake_wait_s: float = 30.0,
+        idle_check_s: float = 0.5,
+        retry_after_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sleeper = sleeper
+        self.budget_gib = budget_gib
+        self.wake_wait_s = wake_wait_s
+        self.idle_check_s = idle_check_s
+        self.retry_after_s = retry_after_s
+        self.clock = clock
+        self.models: list[WarmModel] = []
+        self._by_name: dict[str, WarmModel] = {}
+        self._lock = asyncio.Lock()  # every state change, one at a time
+        self._changed = asyncio.Event()  # a request ended: the idle rule may apply
+        self.yielded = False
+        # Models to bring back when the owner is done: True for those an operator woke
+        # meanwhile (asleep when the owner came: the sleeper wakes them), False for
+        # those the owner paused.
+        self._returning: dict[WarmModel, bool] = {}
+        self._released: list[WarmModel] = []
+        self.observers: list[Observer] = []
+        self._idle_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ membership
+
+    def add(self, engine: Engine, config: WarmConfig | None = None) -> WarmModel:
+        model = WarmModel(engine, config or WarmConfig(), self)
+        for name in engine.model.served_names:
+            if name in self._by_name:
+                raise ValueError(f"two models are served as `{name}`")
+            self._by_name[name] = model
+        self.models.append(model)
+        return model
+
+    def get(self, name: str) -> WarmModel | None:
+        """The model a request's `model` field names, or None."""
+        return self._by_name.get(name)
+
+    @property
+    def first(self) -> WarmModel:
+        return self.models[0]
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Load the models one at a time (they share the box); one that does not fit
+        the budget beside those already awake sleeps as soon as it has loaded."""
+        for model in self.models:
+            if model.state is ModelState.LOADING:
+                await model.engine.start()
+                model.state = ModelState.AWAKE
+                model.last_used = self.clock()
+            async with self._lock:
+                if self._over_budget(model, counting_itself=False):
+                    await self._sleep_locked(model)
+        self._idle_task = asyncio.create_task(self._idle_loop(), name="warm-models-idle")
+
+    async def shutdown(self) -> None:
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            await asyncio.gather(self._idle_task, return_exceptions=True)
+        for model in self.models:
+            await model.engine.shutdown()
+
+    def changed(self) -> None:
+        self._changed.set()
+
+    # ------------------------------------------------------------ waking
+
+    async def ensure_awake(self, model: WarmModel, *, count_waiter: bool = True) -> None:
+        """Return once `model` is awake: at once if it is, else after the one wake all
+        its callers share. Raises `ModelWakeFailed`. A loading model returns at once
+        (its engine answers "not ready" itself)."""
+        if model.state in (ModelState.AWAKE, ModelState.LOADING):
+            return
+        if count_waiter:
+            model.waiters += 1
+            self._notify("waiter", model, 0.0)
+        if model.wake_task is None:
+            model.wake_task = asyncio.create_task(self._wake(model), name=f"wake-{model.name}")
+            model.wake_task.add_done_callback(_forget_wake(model))
+        # One waiter going away (its client left) must not cancel the others' wake.
+        await asyncio.shield(model.wake_task)
+
+    async def _wake(self, model: WarmModel) -> None:
+        started = self.clock()
+        async with self._lock:
+            if model.state is not ModelState.ASLEEP:
+                return
+            self._check_fits_alone(model)
+            model.state = ModelState.WAKING
+            try:
+                await self._make_room(model)
+                if self.yielded:
+                    self._returning[model] = True  # the owner has the box: wake on return
+                else:
+                    await self.sleeper.wake(model.engine)
+            except ModelWakeFailed:
+                model.state = ModelState.ASLEEP
+                raise
+            except Exception as exc:
+                model.state = ModelState.ASLEEP
+                log.exception("model %s failed to wake", model.name)
+                raise ModelWakeFailed(
+                    f"The model `{model.name}` failed to wake; retry later.", self.retry_after_s
+                ) from exc
+            except BaseException:
+                model.state = ModelState.ASLEEP
+                raise
+            model.state = ModelState.AWAKE
+            model.last_used = self.clock()
+            model.wakes += 1
+        seconds = self.clock() - started
+        log.info("model %s woke in %.3f s", model.name, seconds)
+        self._notify("wake", model, seconds)
+
+    def _check_fits_alone(self, model: WarmModel) -> None:
+        budget = self.budget_gib
+        if budget is not None and model.config.memory_gib > budget:
+            raise ModelWakeFailed(
+                f"The model `{model.name}` needs {model.config.memory_gib:g} GiB and the "
+                f"memory budget is {budget:g} GiB: it cannot wake.",
+                self.retry_after_s,
+            )
+
+    async def _make_room(self, model: WarmModel) -> None:
+        """Sleep least recently used idle models until `model` fits; wait (lock released)
+        for busy ones to become idle, at most `wake_wait_s`."""
+        deadline = self.clock() + self.wake_wait_s
+        while self._over_budget(model, counting_itself=True):
+            victim = self._least_recently_used_idle(besides=model)
+            if victim is not None:
+                await self._sleep_locked(victim)
+                continue
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise ModelWakeFailed(
+                    f"No room to wake `{model.name}`: the memory budget "
+                    f"({self.budget_gib:g} GiB) is held by models that are busy or pinned.",
+                    self.retry_after_s,
+                )
+            self._lock.release()
+            try:
+                await asyncio.sleep(min(_ROOM_POLL_S, remaining))
+            finally:
+                await self._lock.acquire()
+
+    def _over_budget(self, model: WarmModel, *, counting_itself: bool) -> bool:
+        if self.budget_gib is None:
+            return False
+        awake = sum(m.config.memory_gib for m in self.models if m.state is ModelState.AWAKE)
+        extra = model.config.memory_gib if counting_itself else 0.0
+        return awake + extra > self.budget_gib
+
+    def _least_recently_used_idle(self, besides: WarmModel) -> WarmModel | None:
+        candidates = [
+            m
+            for m in self.models
+            if m is not besides
+            and m.state is ModelState.AWAKE
+            and not m.config.pinned
+            and m.in_flight == 0
+        ]
+        return min(candidates, key=lambda m: m.last_used, default=None)
+
+    # ------------------------------------------------------------ sleeping
+
+    async def _sleep_locked(self, model: WarmModel) -> None:
+        await self.sleeper.sleep(model.engine)
+        model.state = ModelState.ASLEEP
+        log.info("model %s is asleep", model.name)
+
+    def _idle_too_long(self, model: WarmModel, now: float) -> bool:
+        keep_alive = model.config.keep_alive_s
+        return (
+            model.state is ModelState.AWAKE
+            and not model.config.pinned
+            and model.in_flight == 0
+            and keep_alive >= 0
+            and now - model.last_used >= keep_alive
+        )
+
+    async def sleep_idle(self) -> None:
+        """Sleep every model idle for longer than its keep_alive."""
+        for model in self.models:
+            if not self._idle_too_long(model, self.clock()):
+                continue
+            async with self._lock:
+                if not self.yielded and self._idle_too_long(model, self.clock()):
+                    await self._sleep_locked(model)
+
+    async def _idle_loop(self) -> None:
+        while True:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), self.idle_check_s)
+            self._changed.clear()
+            try:
+                await self.sleep_idle()
+            except Exception:
+                log.exception("putting idle models to sleep failed")
+
+    # ------------------------------------------------------------ operators
+
+    async def sleep(self, model: WarmModel) -> None:
+        """An operator's sleep: refused (`ModelStateConflict`) for a loading, pinned or
+        busy model, and while the owner has the box."""
+        async with self._lock:
+            if model.state is ModelState.ASLEEP:
+                return
+            if model.state is not ModelState.AWAKE:
+                raise ModelStateConflict(f"The model `{model.name}` is {model.state}.")
+            if model.config.pinned:
+                raise ModelStateConflict(f"The model `{model.name}` is pinned: it never sleeps.")
+            if model.in_flight:
+                raise ModelStateConflict(
+                    f"The model `{model.name}` has {model.in_flight} request(s) in flight."
+                )
+            if self.yielded:
+                raise ModelStateConflict(
+                    "The accelerator is yielded to its owner: every model is paused until "
+                    "it is returned."
+                )
+            await self._sleep_locked(model)
+
+    async def wake(self, model: WarmModel) -> None:
+        """An operator's wake; while the owner has the box, done on return."""
+        await self.ensure_awake(model, count_waiter=False)
+
+    # ------------------------------------------------------------ the owner's reclaim
+
+    async def pause_all(self) -> None:
+        """Every awake model yields (pauses); remembered to come back on return."""
+        async with self._lock:
+            self.yielded = True
+            for model in self.models:
+                if model.state is ModelState.AWAKE and model not in self._returning:
+                    await model.engine.pause()
+                    self._returning[model] = False
+
+    async def release_all(self) -> bool:
+        """While yielded, free the paused models' accelerator memory where the platform
+        can; True when any did."""
+        for model, by_sleeper in list(self._returning.items()):
+            if by_sleeper or model in self._released:
+                continue
+            if await model.engine.release_memory():
+                self._released.append(model)
+        return bool(self._released)
+
+    async def reacquire_all(self) -> None:
+        while self._released:
+            await self._released[0].engine.reacquire_memory()
+            self._released.pop(0)
+
+    async def resume_all(self) -> None:
+        """The models that were awake come back (and those woken meanwhile wake);
+        sleeping ones stay asleep."""
+        async with self._lock:
+            for model, by_sleeper in list(self._returning.items()):
+                if by_sleeper:
+                    await self.sleeper.wake(model.engine)
+                else:
+                    await model.engine.resume()
+                del self._returning[model]
+                model.last_used = self.clock()
+            self.yielded = False
+
+    # ------------------------------------------------------------ reporting
+
+    def _notify(self, what: str, model: WarmModel, seconds: float) -> None:
+        for observer in self.observers:
+            try:
+                observer(what, model, seconds)
+            except Exception:
+                log.exception("warm-model observer failed")
+
+
+def _forget_wake(model: WarmModel) -> Callable[[asyncio.Task[None]], None]:
+    def forget(task: asyncio.Task[None]) -> None:
+        model.wake_task = None
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter has it already, or none is left
+
+    return forget
