@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable
-from contextlib import aclosing, suppress
+from contextlib import aclosing
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -86,7 +86,7 @@ class WarmModel:
         finally:
             self.in_flight -= 1
             self.last_used = self._pool.clock()
-            self._pool.changed()
+            self._pool.request_ended(self)
 
     # Everything else is the model's own engine.
 
@@ -167,7 +167,7 @@ class ModelPool:
         self.models: list[WarmModel] = []
         self._by_name: dict[str, WarmModel] = {}
         self._lock = asyncio.Lock()  # every state change, one at a time
-        self._changed = asyncio.Event()  # a request ended: the idle rule may apply
+        self._background: set[asyncio.Task[None]] = set()
         self.yielded = False
         # Models to bring back when the owner is done: True for those an operator woke
         # meanwhile (asleep when the owner came: the sleeper wakes them), False for
@@ -201,25 +201,32 @@ class ModelPool:
     async def start(self) -> None:
         """Load the models one at a time (they share the box); one that does not fit
         the budget beside those already awake sleeps as soon as it has loaded."""
-        for model in self.models:
+        for index, model in enumerate(self.models):
             if model.state is ModelState.LOADING:
                 await model.engine.start()
                 model.state = ModelState.AWAKE
                 model.last_used = self.clock()
             async with self._lock:
-                if self._over_budget(model, counting_itself=False):
+                if self._over_budget(model, among=self.models[:index]):
                     await self._sleep_locked(model)
         self._idle_task = asyncio.create_task(self._idle_loop(), name="warm-models-idle")
 
     async def shutdown(self) -> None:
-        if self._idle_task is not None:
-            self._idle_task.cancel()
-            await asyncio.gather(self._idle_task, return_exceptions=True)
+        tasks = [t for t in (self._idle_task, *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._idle_task = None
         for model in self.models:
             await model.engine.shutdown()
 
-    def changed(self) -> None:
-        self._changed.set()
+    def request_ended(self, model: WarmModel) -> None:
+        """A model with `keep_alive` 0 sleeps as soon as its last request ends, not at
+        the next check."""
+        if model.config.keep_alive_s == 0 and model.in_flight == 0 and self._idle_task:
+            task = asyncio.create_task(self._sleep_idle_logged())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------ waking
 
@@ -282,13 +289,14 @@ class ModelPool:
     async def _make_room(self, model: WarmModel) -> None:
         """Sleep least recently used idle models until `model` fits; wait (lock released)
         for busy ones to become idle, at most `wake_wait_s`."""
-        deadline = self.clock() + self.wake_wait_s
-        while self._over_budget(model, counting_itself=True):
+        loop = asyncio.get_running_loop()  # real time: waiting is real, whatever the clock
+        deadline = loop.time() + self.wake_wait_s
+        while self._over_budget(model):
             victim = self._least_recently_used_idle(besides=model)
             if victim is not None:
                 await self._sleep_locked(victim)
                 continue
-            remaining = deadline - self.clock()
+            remaining = deadline - loop.time()
             if remaining <= 0:
                 raise ModelWakeFailed(
                     f"No room to wake `{model.name}`: the memory budget "
@@ -301,12 +309,14 @@ class ModelPool:
             finally:
                 await self._lock.acquire()
 
-    def _over_budget(self, model: WarmModel, *, counting_itself: bool) -> bool:
+    def _over_budget(self, model: WarmModel, among: list[WarmModel] | None = None) -> bool:
+        """Whether `model` awake beside the awake models (of `among`, else all) exceeds
+        the budget."""
         if self.budget_gib is None:
             return False
-        awake = sum(m.config.memory_gib for m in self.models if m.state is ModelState.AWAKE)
-        extra = model.config.memory_gib if counting_itself else 0.0
-        return awake + extra > self.budget_gib
+        others = [m for m in (self.models if among is None else among) if m is not model]
+        awake = sum(m.config.memory_gib for m in others if m.state is ModelState.AWAKE)
+        return awake + model.config.memory_gib > self.budget_gib
 
     def _least_recently_used_idle(self, besides: WarmModel) -> WarmModel | None:
         candidates = [
@@ -347,13 +357,14 @@ class ModelPool:
 
     async def _idle_loop(self) -> None:
         while True:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.idle_check_s)
-            self._changed.clear()
-            try:
-                await self.sleep_idle()
-            except Exception:
-                log.exception("putting idle models to sleep failed")
+            await asyncio.sleep(self.idle_check_s)
+            await self._sleep_idle_logged()
+
+    async def _sleep_idle_logged(self) -> None:
+        try:
+            await self.sleep_idle()
+        except Exception:
+            log.exception("putting idle models to sleep failed")
 
     # ------------------------------------------------------------ operators
 

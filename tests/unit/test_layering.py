@@ -1,6 +1,6 @@
 """The arrows of the layout: `app` never imports vLLM, only `engine.vllm_backend` does,
-`engine` never imports `app`, and the admission controller imports neither vLLM nor
-the web stack (it runs on GPU machines that have neither)."""
+`engine` never imports `app`, and the admission controller and the warm-model pool
+import neither vLLM nor the web stack (they run on GPU machines that have neither)."""
 
 from __future__ import annotations
 
@@ -57,10 +57,12 @@ def test_engine_never_imports_app() -> None:
 
 
 @pytest.mark.parametrize("banned", [("vllm",), WEB_STACK])
-def test_admission_controller_imports_neither_vllm_nor_the_web_stack(
-    banned: tuple[str, ...],
+@pytest.mark.parametrize("package", ["engine/admission", "engine/warm"])
+def test_admission_and_warm_models_import_neither_vllm_nor_the_web_stack(
+    package: str, banned: tuple[str, ...]
 ) -> None:
-    assert offenders(sources("engine/admission"), banned) == []
+    assert sources(package)
+    assert offenders(sources(package), banned) == []
 
 
 def test_detects_a_banned_import(tmp_path: Path) -> None:
