@@ -17,7 +17,13 @@ from litestar.exceptions import HTTPException
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from engine.admission.policy import AdmissionRejected, Drained
-from engine.errors import EngineError, EngineRequestError, EngineUnavailable
+from engine.errors import (
+    EngineError,
+    EngineRequestError,
+    EngineUnavailable,
+    ModelStateConflict,
+    ModelWakeFailed,
+)
 
 log = logging.getLogger("lilac.errors")
 
@@ -83,6 +89,13 @@ class ServiceUnavailable(APIError):
     ) -> None:
         super().__init__(message, code=code)
         self.retry_after = max(1, math.ceil(retry_after))
+
+
+class Conflict(APIError):
+    """An operator's request the current state refuses."""
+
+    status_code = 409
+    error_type = "invalid_request_error"
 
 
 class TooManyRequests(APIError):
@@ -165,6 +178,10 @@ def to_api_error(exc: Exception) -> APIError:
         return ServiceUnavailable(exc.message, exc.retry_after_s, exc.code)
     if isinstance(exc, Drained):
         return ServiceUnavailable(exc.message, exc.retry_after_s, code="draining")
+    if isinstance(exc, ModelWakeFailed):
+        return ServiceUnavailable(exc.message, exc.retry_after_s, code="model_wake_failed")
+    if isinstance(exc, ModelStateConflict):
+        return Conflict(exc.message, code="model_state_conflict")
     if isinstance(exc, EngineUnavailable):
         return ServiceUnavailable(str(exc) or "The model is not ready yet.")
     if isinstance(exc, EngineError):

@@ -1,9 +1,11 @@
 """The Litestar app: routes, the services they are handed (dependency injection),
 error handlers, and the engine's lifespan.
 
-The one place that wires an engine (both sides of `engine.protocol.Engine`) to admission:
-the generation services hold both and lease admission around each generation; the other
-routes get the model host and the controller by dependency injection."""
+The one place that wires the engines to admission: one engine per served model, held
+by a pool (`engine.warm`) that sleeps idle models and wakes the one a request names;
+the generation services hold the pool and the controller and lease admission around
+each generation; admission, health and metrics see the pool as one host (`PoolHost`);
+the other routes get what they need by dependency injection."""
 
 from __future__ import annotations
 
@@ -23,12 +25,15 @@ from litestar.di import Provide
 
 from app.errors import exception_handlers
 from app.loop_lag import LoopLagMonitor
+from app.model_specs import engine_settings, model_specs
 from app.observability import context, logs
 from app.observability.metrics import ServerMetrics
 from app.observability.middleware import RequestObserver
+from app.observability.warm_metrics import WarmMetrics
 from app.openapi import openapi_json
 from app.routes.admin import admin_router
 from app.routes.admin_keys import admin_keys_router
+from app.routes.admin_models import admin_models_router
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.health import health, liveness, metrics
@@ -44,12 +49,19 @@ from app.tenancy.service import Tenancy
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
+from engine.warm.host import PoolHost
+from engine.warm.pool import ModelPool, WarmConfig
+from engine.warm.sleeper import PauseSleeper, Sleeper, VLLMSleeper
 
 log = logging.getLogger("lilac.app")
 
 
-def build_engine(settings: Settings) -> Engine:
-    """The vLLM engine the settings describe, with CPU defaults when there is no GPU."""
+def build_engine(
+    settings: Settings, *, sleep_mode: bool = False, prometheus_stats: bool = True
+) -> Engine:
+    """The vLLM engine the settings describe, with CPU defaults when there is no GPU.
+    `sleep_mode` builds it with vLLM's sleep mode on a GPU (to sleep between requests);
+    `prometheus_stats` gives it vLLM's `vllm:` series (one engine per process may)."""
     from engine.checkpoint import resolve_model
     from engine.families import get as get_family
     from engine.templates import load_template_file
@@ -95,37 +107,63 @@ def build_engine(settings: Settings) -> Engine:
         else None,
         family=settings.family,
         tool_parser=settings.tool_call_parser,
-        enable_sleep_mode=on_gpu and settings.release_memory,
+        enable_sleep_mode=on_gpu and (settings.release_memory or sleep_mode),
+        prometheus_stats=prometheus_stats,
     )
     return VLLMEngine(config)
+
+
+def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
+    """The served models: `engine` alone (never sleeping), or one engine per model the
+    settings declare. The first keeps vLLM's `vllm:` series (another AsyncLLM with the
+    stat logger would unregister them)."""
+    sleeper: Sleeper = VLLMSleeper() if settings.on_gpu else PauseSleeper()
+    pool = ModelPool(sleeper, budget_gib=settings.memory_budget_gib)
+    if engine is not None:
+        pool.add(engine)
+        return pool
+    specs = model_specs(settings)
+    for position, spec in enumerate(specs):
+        model_engine = build_engine(
+            engine_settings(settings, spec),
+            sleep_mode=len(specs) > 1,
+            prometheus_stats=position == 0,
+        )
+        keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive
+        pool.add(model_engine, WarmConfig(keep_alive, spec.memory_gib, spec.pinned))
+    return pool
 
 
 def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     *,
+    models: ModelPool | None = None,
     probe: Probe | None = None,
     handle_sigterm: bool = False,
     exit_on_engine_death: bool = False,
     tenancy: Tenancy | None = None,
 ) -> Litestar:
-    """Build the app. Without `engine`, one is built from `settings` and started in the
-    background, so that /health answers 503 while the model loads. `probe` overrides the
+    """Build the app. With `engine`, it is the one model served; with `models`, those;
+    otherwise one engine per model the settings declare is built and started in the
+    background, so that /health answers 503 while the models load. `probe` overrides the
     GPU probe the settings name; `handle_sigterm` makes SIGTERM drain before stopping;
     `exit_on_engine_death` ends the process (non-zero) once the engine dies, for its
     supervisor to restart it."""
     settings = settings or Settings()
-    engine = engine or build_engine(settings)
-    admission = build_controller(settings, engine, probe)
-    server_metrics = ServerMetrics(engine, admission)
+    models = models or build_pool(settings, engine)
+    host = PoolHost(models)
+    admission = build_controller(settings, host, probe)
+    server_metrics = ServerMetrics(host, admission)
+    WarmMetrics(server_metrics.registry, models)
     loop_lag = LoopLagMonitor(server_metrics.registry)
     tenancy = tenancy or Tenancy.from_settings(settings)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
-        starter = asyncio.create_task(_start_engine(engine)) if not engine.is_ready() else None
+        starter = asyncio.create_task(_start_engine(host))  # loads what has not loaded
         watcher = (
-            asyncio.create_task(_exit_when_engine_dies(engine)) if exit_on_engine_death else None
+            asyncio.create_task(_exit_when_engine_dies(host)) if exit_on_engine_death else None
         )
         await admission.start()
         lag_sampler = asyncio.create_task(loop_lag.run())
@@ -142,14 +180,15 @@ def create_app(
                 watcher.cancel()
             await admission.close()
             await tenancy.close()  # usage still queued is written (SIGTERM flushes)
-            await engine.shutdown()
+            await host.shutdown()
 
     admission.observers.append(_note_queue_wait)
     services = {
-        "engine": engine,
+        "engine": host,
+        "models": models,
         "admission": admission,
-        "chat": ChatService(engine, admission, ImageLoader(ImageLimits.from_settings(settings))),
-        "completions": CompletionService(engine, admission),
+        "chat": ChatService(models, admission, ImageLoader(ImageLimits.from_settings(settings))),
+        "completions": CompletionService(models, admission),
         "registry": server_metrics.registry,
     }
     app = Litestar(
@@ -165,6 +204,7 @@ def create_app(
             openapi_json,
             admin_router(settings.resolved_admin_key()),
             admin_keys_router(settings.resolved_admin_key()),
+            admin_models_router(settings.resolved_admin_key()),
         ],
         middleware=[lambda app: AuthMiddleware(app, tenancy)],
         dependencies={name: _provide(service) for name, service in services.items()},
@@ -174,8 +214,15 @@ def create_app(
         cors_config=cors_config(settings),
         # Kept for operators and tests that reach the app from outside a request.
         # `metrics.keys.count(key_id, ...)` counts a keyed request (app.observability.metrics).
+        # `engine`: the one handed in, else every model at once.
         state=State(
-            {**services, "settings": settings, "metrics": server_metrics, "tenancy": tenancy}
+            {
+                **services,
+                "engine": engine or host,
+                "settings": settings,
+                "metrics": server_metrics,
+                "tenancy": tenancy,
+            }
         ),
         openapi_config=None,
         # Logging is app.observability.logs' (text or JSON, with request ids), not Litestar's.
@@ -259,10 +306,11 @@ async def _exit_when_engine_dies(engine: ModelHost) -> None:
     os._exit(ENGINE_DEAD_EXIT_CODE)
 
 
-async def _start_engine(engine: ModelHost) -> None:
+async def _start_engine(host: PoolHost) -> None:
     try:
-        await engine.start()
-        log.info("engine ready: serving %s", ", ".join(engine.model.served_names))
+        await host.start()
+        names = [name for model in host.pool.models for name in model.model.served_names]
+        log.info("engine ready: serving %s", ", ".join(names))
     except Exception as exc:
         # A server that cannot load its model must not linger half-alive. The cause in
         # one line (vLLM wraps it: the innermost error says what went wrong); the

@@ -36,13 +36,16 @@ ERRORS = {
     "401": "Missing or wrong admin key",
     "403": "No admin key configured",
     "404": "Unknown model or route",
+    "409": "The model's state refuses the operator's change (pinned, busy, yielded)",
     "429": "Over the client's fair share of the queue (`Retry-After`)",
     "500": "Engine failure",
-    "503": "Loading, draining, yielded to the GPU's owner or queue full (`Retry-After`)",
+    "503": "Loading, draining, yielded to the GPU's owner, queue full or a model that "
+    "could not wake (`Retry-After`)",
 }
 STATUS_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 ADMIN_ERRORS = ("400", "401", "403")
 KEY_ID = ("key_id", "path", {"type": "string"})
+MODEL_ID = ("model_id", "path", {"type": "string"})
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,29 @@ ROUTES = (
         "Resume lending (admin key)",
         ok=STATUS_OBJECT,
         errors=("401", "403"),
+    ),
+    Route(
+        "get",
+        "/admin/models",
+        "Served models: state, keep-alive, memory (admin key)",
+        ok=STATUS_OBJECT,
+        errors=("401", "403"),
+    ),
+    Route(
+        "post",
+        "/admin/models/{model_id}/sleep",
+        "Put an idle model to sleep (admin key)",
+        ok=STATUS_OBJECT,
+        errors=("401", "403", "404", "409"),
+        params=(MODEL_ID,),
+    ),
+    Route(
+        "post",
+        "/admin/models/{model_id}/wake",
+        "Wake a model (admin key)",
+        ok=STATUS_OBJECT,
+        errors=("401", "403", "404", "503"),
+        params=(MODEL_ID,),
     ),
     Route("get", "/admin/keys", "API keys (admin key)", ok=STATUS_OBJECT, errors=ADMIN_ERRORS),
     Route(

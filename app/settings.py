@@ -108,6 +108,14 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     cpu_kvcache_space_gib: Annotated[
         int, Flag("KV cache size on CPU (sets `VLLM_CPU_KVCACHE_SPACE`)")
     ] = 2
+    memory_budget_gib: Annotated[
+        float | None,
+        Flag(
+            "GiB the awake models' `memory_gib` may add up to; a wake beyond it sleeps the "
+            "least recently used idle model first",
+            default_doc="none (no budget)",
+        ),
+    ] = None
     tool_call_parser: Annotated[
         str | None,
         Flag(
@@ -290,7 +298,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     config: Annotated[
         str | None,
         Flag(
-            "TOML file; its `[admission]` table sets any flag above (below env and flags)",
+            "TOML file; its `[admission]` table sets any flag above (below env and flags), "
+            "its `[[models]]` tables declare the served models",
             section="admission",
             default_doc="none",
         ),

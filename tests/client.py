@@ -27,6 +27,7 @@ from app.main import create_app
 from app.settings import Settings
 from engine.admission.probes import Probe
 from engine.protocol import Engine
+from engine.warm.pool import ModelPool
 
 __all__ = [
     "AppClient",
@@ -52,14 +53,16 @@ class AppClient(httpx.AsyncClient):
 
 @asynccontextmanager
 async def app_client(
-    engine: Engine,
+    engine: Engine | None,
     settings: Settings | None = None,
     *,
+    models: ModelPool | None = None,
     probe: Probe | None = None,
     timeout: float = 5.0,
 ) -> AsyncIterator[AppClient]:
-    """The app of `create_app(settings, engine=engine, probe=probe)` behind a client."""
-    app = create_app(settings, engine=engine, probe=probe)
+    """The app of `create_app(settings, engine=engine, models=models, probe=probe)`
+    behind a client."""
+    app = create_app(settings, engine=engine, models=models, probe=probe)
     async with AppClient(app, timeout=timeout) as client:
         yield client
 

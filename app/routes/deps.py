@@ -1,7 +1,7 @@
 """The types of what app.main injects into route handlers, by parameter name.
 
 Each is an app-wide object `create_app` built, not client input: Litestar is told
-to skip validating it (`Engine` is a Protocol, which isinstance cannot check, and
+to skip validating it (`ModelHost` is a Protocol, which isinstance cannot check, and
 a check per request would be wasted work).
 """
 
@@ -15,11 +15,13 @@ from prometheus_client import CollectorRegistry
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from engine.admission.runtime import AdmissionController
-from engine.protocol import Engine
+from engine.protocol import ModelHost
+from engine.warm.pool import ModelPool
 
 _app_wide = Dependency(skip_validation=True)
 
-EngineDep = Annotated[Engine, _app_wide]  # parameter `engine`
+EngineDep = Annotated[ModelHost, _app_wide]  # parameter `engine`: every model at once
+ModelsDep = Annotated[ModelPool, _app_wide]  # parameter `models`: each served model
 AdmissionDep = Annotated[AdmissionController, _app_wide]  # parameter `admission`
 ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
 CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completions`

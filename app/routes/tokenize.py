@@ -1,4 +1,5 @@
-"""POST /tokenize and /detokenize: count tokens with the served model's own tokenizer.
+"""POST /tokenize and /detokenize: count tokens with the named model's own tokenizer
+(without `model`, the first served model's).
 
 Bodies are read and bounded as the generation endpoints' are (app.request_body), and
 rendering and tokenizing run off the event loop (engine.offload)."""
@@ -9,7 +10,7 @@ from litestar import Request, post
 
 from app.errors import InvalidRequest
 from app.request_body import read_json
-from app.routes.deps import EngineDep
+from app.routes.deps import ModelsDep
 from app.schemas.chat import Message
 from app.schemas.tokenize import (
     DetokenizeResponse,
@@ -19,16 +20,15 @@ from app.schemas.tokenize import (
 )
 from app.services.chat import messages_for_template
 from app.services.images import image_refs
-from app.services.sampling import check_model
+from app.services.sampling import resolve_model
 from engine.offload import off_loop
 from engine.protocol import Engine
 
 
 @post("/tokenize", status_code=200)
-async def tokenize(request: Request, engine: EngineDep) -> TokenizeResponse:
+async def tokenize(request: Request, models: ModelsDep) -> TokenizeResponse:
     body = await read_json(request, tokenize_request_decoder)
-    if body.model is not None:
-        check_model(engine, body.model)
+    engine = resolve_model(models, body.model)
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequest("Give exactly one of `prompt` and `messages`.", param="prompt")
     if body.messages is not None:
@@ -59,8 +59,7 @@ def _tokenize_messages(
 
 
 @post("/detokenize", status_code=200)
-async def detokenize(request: Request, engine: EngineDep) -> DetokenizeResponse:
+async def detokenize(request: Request, models: ModelsDep) -> DetokenizeResponse:
     body = await read_json(request, detokenize_request_decoder)
-    if body.model is not None:
-        check_model(engine, body.model)
+    engine = resolve_model(models, body.model)
     return DetokenizeResponse(prompt=await off_loop(engine.detokenize, body.tokens))

@@ -15,6 +15,8 @@ class ModelCard(Struct):
     max_model_len: int
     family: str | None = None  # the model family it is bound to (engine.families)
     reasons_by_default: bool = False  # thinks unless the request turns reasoning off
+    # `loading`, `awake`, `waking` or `asleep`: a request for a sleeping model wakes it.
+    state: str | None = None
     object: Literal["model"] = "model"
 
 

@@ -38,7 +38,8 @@ from app.services.tools import (
 from engine import protocol
 from engine.admission.runtime import AdmissionController
 from engine.offload import off_loop
-from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
+from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest
+from engine.warm.pool import ModelPool
 
 
 def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
@@ -146,9 +147,9 @@ class ChatService(GenerationService[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
 
     def __init__(
-        self, engine: Engine, admission: AdmissionController, images: ImageLoader | None = None
+        self, models: ModelPool, admission: AdmissionController, images: ImageLoader | None = None
     ) -> None:
-        super().__init__(engine, admission)
+        super().__init__(models, admission)
         self._images = images or ImageLoader()
 
     async def engine_requests(
@@ -164,7 +165,7 @@ class ChatService(GenerationService[ChatCompletionRequest]):
                 self._admission.retry_after_s(),
                 code="draining",
             )
-        generate.images = await self._images.load(request.messages, self._engine)
+        generate.images = await self._images.load(request.messages, self.engine_for(request))
         return [generate]
 
     def generation(self, request: ChatCompletionRequest, request_id: str) -> ChatGeneration:

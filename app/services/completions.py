@@ -112,7 +112,7 @@ class CompletionService(GenerationService[CompletionRequest]):
         """One engine request per prompt, each with the request's `n`."""
         check_common(request, request.max_tokens)
         prompts = prompts_of(request)
-        check_token_prompts(prompts, self._engine.model.vocab_size)
+        check_token_prompts(prompts, self.engine_for(request).model.vocab_size)
         options = sampling_options(
             request,
             max_tokens=request.max_tokens,
@@ -135,8 +135,9 @@ class CompletionService(GenerationService[CompletionRequest]):
 
     def generation(self, request: CompletionRequest, request_id: str) -> CompletionGeneration:
         """Echoed token-id prompts are echoed as their text (as `vllm serve` does)."""
+        engine = self.engine_for(request)
         texts = [
-            p if isinstance(p, str) else self._engine.detokenize(p) if request.echo else ""
+            p if isinstance(p, str) else engine.detokenize(p) if request.echo else ""
             for p in prompts_of(request)
         ]
         return CompletionGeneration(request, request_id, texts)

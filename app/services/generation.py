@@ -25,7 +25,7 @@ from app.observability import context
 from app.schemas.chat import CompletionTokensDetails, PromptTokensDetails, Usage
 from app.schemas.sampling import SamplingFields
 from app.services.admission import check_request_work
-from app.services.sampling import check_model
+from app.services.sampling import resolve_model
 from app.services.streaming import RequestEnd, open_sse
 from app.sse import frame
 from engine.admission.lease import admitted
@@ -33,6 +33,7 @@ from engine.admission.runtime import AdmissionController
 from engine.checks import default_output_tokens
 from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 from engine.streams import merge
+from engine.warm.pool import ModelPool
 
 
 @dataclass(slots=True)
@@ -157,15 +158,20 @@ class GenerationService(ABC, Generic[RequestT]):
 
     id_prefix: ClassVar[str]
 
-    def __init__(self, engine: Engine, admission: AdmissionController) -> None:
-        self._engine = engine
+    def __init__(self, models: ModelPool, admission: AdmissionController) -> None:
+        self._models = models
         self._admission = admission
+
+    def engine_for(self, request: RequestT) -> Engine:
+        """The engine of the model the request names (404 for a model not served)."""
+        return resolve_model(self._models, request.model)
 
     @abstractmethod
     async def engine_requests(
         self, request: RequestT, request_id: str, client: str | None
     ) -> list[GenerateRequest]:
-        """Check the request (the model is checked already) and build its engine requests.
+        """Check the request (its model is served: `engine_for` gives its engine) and
+        build its engine requests.
         `client` is whom admission's fairness counts the request against."""
 
     @abstractmethod
@@ -177,11 +183,11 @@ class GenerationService(ABC, Generic[RequestT]):
     ) -> Any:
         """`meter`, when given, reads the generation's usage and is finished (the usage
         record made durable) before the body is returned."""
-        generation, generates = await self._start(request, client)
+        generation, generates, engine = await self._start(request, client)
         if meter is not None:
             meter.generation = generation
         states = generation.choice_states()
-        outputs = self._outputs(generates)
+        outputs = self._outputs(engine, generates)
         if len(generates) == 1:
             async for output in outputs:
                 generation.accumulate(states, 0, output)
@@ -198,10 +204,10 @@ class GenerationService(ABC, Generic[RequestT]):
     ) -> AsyncIterator[bytes]:
         """Errors of the request are raised here, before any byte of the stream; `meter`
         is finished before the stream's last frame."""
-        generation, generates = await self._start(request, client)
+        generation, generates, engine = await self._start(request, client)
         if meter is not None:
             meter.generation = generation
-        outputs = self._outputs(generates)
+        outputs = self._outputs(engine, generates)
         frames: Any = generation.frames if len(generates) == 1 else generation.indexed_frames
         return await open_sse(outputs, frames, generation.closing_frames, meter)
 
@@ -214,18 +220,19 @@ class GenerationService(ABC, Generic[RequestT]):
             request, "max_tokens", None
         )
         if limit is None:
-            limit = default_output_tokens(self._engine.model.max_model_len)
+            model = self._models.get(request.model) or self._models.first  # unknown: 404 later
+            limit = default_output_tokens(model.model.max_model_len)
         prompts = getattr(request, "prompt", None)
         count = len(prompts) if isinstance(prompts, list) else 1
         return prompt + count * request.n * limit
 
     async def _start(
         self, request: RequestT, client: str | None
-    ) -> tuple[Generation[Any], list[GenerateRequest]]:
+    ) -> tuple[Generation[Any], list[GenerateRequest], Engine]:
         record = context.current()
         if record is not None:
             record.model = request.model
-        check_model(self._engine, request.model)
+        engine = self.engine_for(request)
         # The HTTP request's id (X-Request-Id) names the engine request and the response.
         if record is not None:
             request_id = record.engine_request_id(self.id_prefix)
@@ -233,18 +240,20 @@ class GenerationService(ABC, Generic[RequestT]):
             request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         generates = await self.engine_requests(request, request_id, client)
         policy = self._admission.policy
-        check_request_work(generates, self._engine.model.max_model_len, policy.max_request_tokens)
+        check_request_work(generates, engine.model.max_model_len, policy.max_request_tokens)
         generation = self.generation(request, request_id)
         if record is not None:
             record.generation = generation
-        return generation, generates
+        return generation, generates, engine
 
-    def _outputs(self, generates: list[GenerateRequest]) -> AsyncGenerator[Any, None]:
+    def _outputs(
+        self, engine: Engine, generates: list[GenerateRequest]
+    ) -> AsyncGenerator[Any, None]:
         """The one call into the engine. One request: its outputs as they come (no
         merging on the per-token path); several: (position, output) pairs, merged."""
         if len(generates) == 1:
-            return admitted(self._admission, self._engine, generates[0])
-        return merge([admitted(self._admission, self._engine, g) for g in generates])
+            return admitted(self._admission, engine, generates[0])
+        return merge([admitted(self._admission, engine, g) for g in generates])
 
 
 def include_usage(request: SamplingFields) -> bool:

@@ -5,12 +5,18 @@ from __future__ import annotations
 from app.errors import InvalidRequest, ModelNotFound
 from app.schemas.sampling import SamplingFields
 from app.services.extensions import check_refused
-from engine.protocol import ModelHost, SamplingOptions
+from engine.protocol import SamplingOptions
+from engine.warm.pool import ModelPool, WarmModel
 
 
-def check_model(engine: ModelHost, name: str) -> None:
-    if name not in engine.model.served_names:
+def resolve_model(models: ModelPool, name: str | None) -> WarmModel:
+    """The served model a request names (without a name, the first one), else 404."""
+    if name is None:
+        return models.first
+    model = models.get(name)
+    if model is None:
         raise ModelNotFound(name)
+    return model
 
 
 def check_common(request: SamplingFields, max_tokens: int | None) -> None:

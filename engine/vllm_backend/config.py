@@ -32,6 +32,9 @@ class EngineConfig:
     tool_parser: str | None = None
     # vLLM's sleep mode (GPU only): lets a yielded engine free its GPU memory.
     enable_sleep_mode: bool = False
+    # vLLM's Prometheus stat logger (the `vllm:` series). One engine per process only:
+    # building another AsyncLLM with it unregisters the first one's series.
+    prometheus_stats: bool = True
 
     @property
     def family_record(self) -> Family | None:
@@ -120,5 +123,5 @@ def build_async_llm(config: EngineConfig) -> Any:
     return AsyncLLM.from_engine_args(
         engine_args(config),
         usage_context=UsageContext.OPENAI_API_SERVER,
-        stat_loggers=[PrometheusStatLogger],
+        stat_loggers=[PrometheusStatLogger] if config.prometheus_stats else None,
     )

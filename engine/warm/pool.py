@@ -202,7 +202,7 @@ class ModelPool:
         """Load the models one at a time (they share the box); one that does not fit
         the budget beside those already awake sleeps as soon as it has loaded."""
         for index, model in enumerate(self.models):
-            if model.state is ModelState.LOADING:
+            if model.state is ModelState.LOADING or not model.engine.is_ready():
                 await model.engine.start()
                 model.state = ModelState.AWAKE
                 model.last_used = self.clock()
@@ -219,6 +219,7 @@ class ModelPool:
         self._idle_task = None
         for model in self.models:
             await model.engine.shutdown()
+            model.state = ModelState.LOADING  # a later start loads it again
 
     def request_ended(self, model: WarmModel) -> None:
         """A model with `keep_alive` 0 sleeps as soon as its last request ends, not at

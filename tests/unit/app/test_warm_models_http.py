@@ -1,0 +1,118 @@
+"""Several models behind one app (scripted engines): routing by `model`, states in
+/v1/models, a request that wakes a model, a wake that fails (503 + Retry-After, the
+model still listed), the admin routes and the per-model metrics."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.settings import Settings
+from engine.scripted import ScriptedEngine
+from engine.warm.pool import ModelPool, ModelState, WarmConfig
+from engine.warm.sleeper import PauseSleeper
+from tests.client import AppClient, app_client
+
+ADMIN = {"Authorization": "Bearer admin-key"}
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[AppClient, ModelPool, list[ScriptedEngine]]]:
+    pool = ModelPool(PauseSleeper(), budget_gib=4)
+    engines = [
+        ScriptedEngine(("a",), served_names=("small", "small-alias"), max_model_len=512),
+        ScriptedEngine(("b",), served_names=("other",), max_model_len=1024),
+        ScriptedEngine(("c",), served_names=("huge",)),
+    ]
+    pool.add(engines[0], WarmConfig(memory_gib=3, pinned=True))
+    pool.add(engines[1], WarmConfig(memory_gib=1))
+    pool.add(engines[2], WarmConfig(memory_gib=9))
+    await pool.sleep(pool.models[1])
+    pool.models[2].state = ModelState.ASLEEP  # as `start` leaves a model over the budget
+    async with app_client(None, Settings(admin_key="admin-key"), models=pool) as http:
+        yield http, pool, engines
+
+
+def chat(model: str) -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+async def test_models_lists_every_model_with_its_state(served: tuple) -> None:
+    http, _, _ = served
+    cards = (await http.get("/v1/models")).json()["data"]
+    assert [(c["id"], c["state"], c["max_model_len"]) for c in cards] == [
+        ("small", "awake", 512),
+        ("small-alias", "awake", 512),
+        ("other", "asleep", 1024),
+        ("huge", "asleep", 2048),
+    ]
+
+
+async def test_a_request_goes_to_the_model_it_names_and_wakes_it(served: tuple) -> None:
+    http, pool, engines = served
+    first = await http.post("/v1/chat/completions", json=chat("small-alias"))
+    assert first.status_code == 200, first.text
+    assert first.json()["choices"][0]["message"]["content"] == "a"
+    woken = await http.post("/v1/chat/completions", json=chat("other"))
+    assert woken.status_code == 200, woken.text
+    assert woken.json()["choices"][0]["message"]["content"] == "b"
+    assert woken.json()["model"] == "other"
+    assert pool.models[1].state is ModelState.AWAKE
+    assert [len(e.requests) for e in engines] == [1, 1, 0]
+    missing = await http.post("/v1/completions", json={"model": "nope", "prompt": "x"})
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
+
+
+async def test_a_wake_that_fails_is_a_503_with_retry_after_and_the_model_stays_listed(
+    served: tuple,
+) -> None:
+    http, _, engines = served
+    failed = await http.post("/v1/chat/completions", json={**chat("huge"), "stream": True})
+    assert failed.status_code == 503
+    assert int(failed.headers["retry-after"]) >= 1
+    error = failed.json()["error"]
+    assert error["code"] == "model_wake_failed"
+    assert "needs 9 GiB and the memory budget is 4 GiB" in error["message"]
+    cards = {c["id"]: c["state"] for c in (await http.get("/v1/models")).json()["data"]}
+    assert cards["huge"] == "asleep"
+    assert engines[2].unfinished_requests() == 0
+
+
+async def test_tokenize_uses_the_named_models_tokenizer(served: tuple) -> None:
+    http, _, _ = served
+    counted = await http.post("/tokenize", json={"model": "other", "prompt": "one two"})
+    assert counted.json()["max_model_len"] == 1024
+    missing = await http.post("/tokenize", json={"model": "nope", "prompt": "x"})
+    assert missing.status_code == 404
+
+
+async def test_admin_routes_sleep_and_wake_a_model(served: tuple) -> None:
+    http, pool, _ = served
+    assert (await http.post("/admin/models/other/wake")).status_code == 401
+    woken = await http.post("/admin/models/other/wake", headers=ADMIN)
+    assert (woken.status_code, woken.json()["state"]) == (200, "awake")
+    slept = await http.post("/admin/models/other/sleep", headers=ADMIN)
+    assert (slept.status_code, slept.json()["state"]) == (200, "asleep")
+    pinned = await http.post("/admin/models/small/sleep", headers=ADMIN)
+    assert pinned.status_code == 409
+    assert pinned.json()["error"]["code"] == "model_state_conflict"
+    too_big = await http.post("/admin/models/huge/wake", headers=ADMIN)
+    assert (too_big.status_code, too_big.json()["error"]["code"]) == (503, "model_wake_failed")
+    assert (await http.post("/admin/models/nope/wake", headers=ADMIN)).status_code == 404
+    listing = (await http.get("/admin/models", headers=ADMIN)).json()
+    assert listing["budget_gib"] == 4
+    assert [m["state"] for m in listing["data"]] == ["awake", "asleep", "asleep"]
+    assert pool.models[1].waiters == 0  # operators' wakes are not requests waiting
+
+
+async def test_metrics_per_model(served: tuple) -> None:
+    http, _, _ = served
+    await http.post("/v1/chat/completions", json=chat("other"))
+    text = (await http.get("/metrics")).text
+    assert 'lilac_model_state{model="other",state="awake"} 1.0' in text
+    assert 'lilac_model_state{model="huge",state="asleep"} 1.0' in text
+    assert 'lilac_model_wakes_total{model="other"} 1.0' in text
+    assert 'lilac_model_wake_waiters_total{model="other"} 1.0' in text
+    assert 'lilac_model_wake_seconds_count{model="other"} 1.0' in text
