@@ -209,14 +209,23 @@ class ModelPool:
             async with self._lock:
                 if self._over_budget(model, among=self.models[:index]):
                     await self._sleep_locked(model)
-        self._idle_task = asyncio.create_task(self._idle_loop(), name="warm-models-idle")
+        self.start_idle_checks()
 
-    async def shutdown(self) -> None:
+    def start_idle_checks(self) -> None:
+        """Sleep idle models in the background (every `idle_check_s`, and as soon as
+        the last request of a `keep_alive` 0 model ends)."""
+        if self._idle_task is None:
+            self._idle_task = asyncio.create_task(self._idle_loop(), name="warm-models-idle")
+
+    async def stop_idle_checks(self) -> None:
         tasks = [t for t in (self._idle_task, *self._background) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._idle_task = None
+
+    async def shutdown(self) -> None:
+        await self.stop_idle_checks()
         for model in self.models:
             await model.engine.shutdown()
             model.state = ModelState.LOADING  # a later start loads it again

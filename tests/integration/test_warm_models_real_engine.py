@@ -1,0 +1,251 @@
+"""Several models in one server, through two real vLLM engines: the session's SmolLM2
+engine and a second one (the same weights with the family-test tokenizer, bound to the
+`kimi_k2` family, under another name, built without vLLM's stat logger as the server
+builds every model after the first). The pause stand-in sleeps and wakes them (vLLM's
+CPU build has no sleep mode). Covered: routing by model, sleep after keep_alive, wake
+on request, one wake for concurrent requests, the LRU rule under a budget that fits one
+model, a wake that fails, and every model yielding to the owner and coming back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import httpx
+import openai
+import pytest
+
+from app.settings import Settings
+from engine.admission.policy import State
+from engine.admission.probes import GpuSample
+from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir
+from engine.protocol import GenerateRequest, SamplingOptions
+from engine.vllm_backend.config import EngineConfig
+from engine.vllm_backend.engine import VLLMEngine
+from engine.warm.pool import ModelPool, ModelState, WarmConfig, WarmModel
+from engine.warm.sleeper import PauseSleeper
+from tests.client import AppClient, app_client
+from tests.family_model import make_family_checkpoint
+
+SECOND = "warm-second"
+URL = "/v1/chat/completions"
+OWNER, IDLE = GpuSample(90.0, 8000.0, 1), GpuSample()
+
+
+class StaticProbe:
+    blocking = False
+
+    def sample(self) -> GpuSample:
+        return IDLE
+
+
+@pytest.fixture(scope="module")
+async def second_engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VLLMEngine]:
+    checkpoint = make_family_checkpoint(
+        default_model_dir(), tmp_path_factory.mktemp("warm") / "ckpt"
+    )
+    engine = VLLMEngine(
+        EngineConfig(
+            model=str(checkpoint),
+            served_names=(SECOND,),
+            dtype="float32",
+            enforce_eager=True,
+            max_model_len=512,
+            family="kimi_k2",
+            prometheus_stats=False,
+        )
+    )
+    await engine.start()
+    yield engine
+    await engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+async def pool(real_engine: VLLMEngine, second_engine: VLLMEngine) -> AsyncIterator[ModelPool]:
+    pool = ModelPool(PauseSleeper(), idle_check_s=0.2, wake_wait_s=2.0)
+    pool.add(real_engine)
+    pool.add(second_engine)
+    pool.start_idle_checks()
+    yield pool
+    await pool.stop_idle_checks()
+    # The session engine serves the other modules: leave it awake and resumed.
+    await pool.wake(pool.models[0])
+
+
+@pytest.fixture
+async def http(pool: ModelPool) -> AsyncIterator[AppClient]:
+    """Every test starts with both models awake, never sleeping, no budget."""
+    pool.budget_gib = None
+    for model in pool.models:
+        model.config = WarmConfig()
+        await pool.wake(model)
+    settings = Settings(grace_period=0.0, resume_after=0.0)
+    async with app_client(None, settings, models=pool, probe=StaticProbe(), timeout=120) as c:
+        yield c
+
+
+def first(pool: ModelPool) -> WarmModel:
+    return pool.models[0]
+
+
+def second(pool: ModelPool) -> WarmModel:
+    return pool.models[1]
+
+
+async def paused(model: WarmModel) -> bool:
+    return bool(await model.engine._llm.is_paused())  # type: ignore[attr-defined]
+
+
+def body(model: str, **fields: object) -> dict[str, object]:
+    messages = [{"role": "user", "content": "Say hi."}]
+    return {"model": model, "messages": messages, "max_tokens": 2, "temperature": 0, **fields}
+
+
+async def chat(http: httpx.AsyncClient, model: str) -> httpx.Response:
+    response = await http.post(URL, json=body(model))
+    assert response.status_code == 200, response.text
+    return response
+
+
+async def test_the_openai_client_reaches_each_model_by_name(
+    http: AppClient, pool: ModelPool
+) -> None:
+    sdk = openai.AsyncOpenAI(
+        base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0
+    )
+    listed = {m.id: m.model_extra for m in (await sdk.models.list()).data}
+    assert listed[DEFAULT_MODEL_NAME]["state"] == "awake"  # type: ignore[index]
+    assert (listed[SECOND]["state"], listed[SECOND]["family"]) == ("awake", "kimi_k2")  # type: ignore[index]
+    assert listed[SECOND]["max_model_len"] == 512  # type: ignore[index]
+    messages = [{"role": "user", "content": "Say hi."}]
+    for name in (DEFAULT_MODEL_NAME, SECOND):
+        completion = await sdk.chat.completions.create(
+            model=name,
+            messages=messages,
+            max_tokens=2,
+            temperature=0,  # type: ignore[arg-type]
+        )
+        assert completion.model == name
+        assert completion.usage is not None
+        # Each model renders with its own template: the prompt is what its tokenizer
+        # and template make of the messages, and the two differ.
+        counted = await http.post("/tokenize", json={"model": name, "messages": messages})
+        assert completion.usage.prompt_tokens == counted.json()["count"]
+    counts = [
+        (await http.post("/tokenize", json={"model": n, "messages": messages})).json()["count"]
+        for n in (DEFAULT_MODEL_NAME, SECOND)
+    ]
+    assert counts[0] != counts[1]
+    with pytest.raises(openai.NotFoundError):
+        await sdk.chat.completions.create(model="nope", messages=messages, max_tokens=2)  # type: ignore[arg-type]
+
+
+async def test_a_model_sleeps_after_keep_alive_and_a_request_wakes_it(
+    http: AppClient, pool: ModelPool
+) -> None:
+    second(pool).config = WarmConfig(keep_alive_s=1.0)
+    await chat(http, SECOND)
+    deadline = time.monotonic() + 10
+    while second(pool).state is not ModelState.ASLEEP and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert second(pool).state is ModelState.ASLEEP
+    assert await paused(second(pool))
+    assert first(pool).state is ModelState.AWAKE  # keep_alive -1: never sleeps
+
+    wakes = second(pool).wakes
+    second(pool).config = WarmConfig()  # so that it stays awake to be looked at
+    response = await chat(http, SECOND)
+    assert response.json()["usage"]["completion_tokens"] >= 1
+    assert second(pool).wakes == wakes + 1
+    assert second(pool).state is ModelState.AWAKE
+    assert not await paused(second(pool))
+
+
+async def test_concurrent_requests_share_one_wake(http: AppClient, pool: ModelPool) -> None:
+    await pool.sleep(second(pool))
+    wakes, waiters = second(pool).wakes, second(pool).waiters
+    responses = await asyncio.gather(*(http.post(URL, json=body(SECOND)) for _ in range(8)))
+    assert [r.status_code for r in responses] == [200] * 8
+    assert (second(pool).wakes, second(pool).waiters) == (wakes + 1, waiters + 8)
+    assert second(pool).engine.unfinished_requests() == 0
+
+
+async def test_a_budget_fitting_one_model_sleeps_the_least_recently_used(
+    http: AppClient, pool: ModelPool
+) -> None:
+    for model in pool.models:
+        model.config = WarmConfig(memory_gib=1.0)
+    pool.budget_gib = 1.5
+    await pool.sleep(second(pool))
+    await chat(http, SECOND)
+    assert [m.state for m in pool.models] == [ModelState.ASLEEP, ModelState.AWAKE]
+    assert await paused(first(pool))
+    await chat(http, DEFAULT_MODEL_NAME)
+    assert [m.state for m in pool.models] == [ModelState.AWAKE, ModelState.ASLEEP]
+    assert await paused(second(pool)) and not await paused(first(pool))
+
+
+async def test_a_model_in_flight_is_not_put_to_sleep_for_another(
+    http: AppClient, pool: ModelPool
+) -> None:
+    for model in pool.models:
+        model.config = WarmConfig(memory_gib=1.0)
+    pool.budget_gib = 1.5
+    await pool.sleep(second(pool))
+    long = GenerateRequest(
+        "warm-long",
+        SamplingOptions(max_tokens=200, ignore_eos=True),
+        messages=[{"role": "user", "content": "Tell a story."}],
+    )
+    async with aclosing(first(pool).generate(long)) as streaming:
+        await anext(streaming)
+        # The first model is busy: the second's wake waits (2 s at most), then fails.
+        failed = await http.post(URL, json=body(SECOND))
+        assert failed.status_code == 503
+        assert failed.json()["error"]["code"] == "model_wake_failed"
+        assert "busy or pinned" in failed.json()["error"]["message"]
+        assert first(pool).state is ModelState.AWAKE
+        await anext(streaming)  # still generating
+    assert second(pool).state is ModelState.ASLEEP
+    assert first(pool).engine.unfinished_requests() == 0
+
+
+async def test_a_model_larger_than_the_budget_fails_to_wake_and_stays_listed(
+    http: AppClient, pool: ModelPool
+) -> None:
+    second(pool).config = WarmConfig(memory_gib=8.0)
+    pool.budget_gib = 4.0
+    await pool.sleep(second(pool))
+    failed = await http.post(URL, json=body(SECOND, stream=True))
+    assert failed.status_code == 503
+    assert int(failed.headers["retry-after"]) >= 1
+    assert failed.json()["error"]["code"] == "model_wake_failed"
+    states = {c["id"]: c["state"] for c in (await http.get("/v1/models")).json()["data"]}
+    assert states == {DEFAULT_MODEL_NAME: "awake", SECOND: "asleep"}
+    assert second(pool).engine.unfinished_requests() == 0
+    assert await paused(second(pool))
+
+
+async def test_every_model_yields_to_the_owner_and_the_awake_ones_come_back(
+    http: AppClient, pool: ModelPool
+) -> None:
+    await pool.sleep(second(pool))
+    admission = http.app.state.admission
+    await admission.observe(OWNER)
+    await admission.observe(OWNER)
+    assert admission.state is State.YIELDED
+    assert await paused(first(pool)) and await paused(second(pool))
+    refused = await http.post(URL, json=body(DEFAULT_MODEL_NAME))
+    assert refused.status_code == 503
+
+    await admission.observe(IDLE)
+    await admission.observe(IDLE)
+    assert admission.state is State.SERVING
+    assert not await paused(first(pool))
+    assert second(pool).state is ModelState.ASLEEP  # asleep before the owner came
+    assert await paused(second(pool))
+    await chat(http, DEFAULT_MODEL_NAME)
+    await chat(http, SECOND)  # and a request still wakes it
+    assert not await paused(second(pool))
