@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model postgres serve test lint format bench bench-save load soak burst fleet-demo clean
+.PHONY: install model postgres serve test lint format bench bench-save load soak burst fleet-demo warm-bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,13 @@ burst: model
 FLEET_ARGS ?=
 fleet-demo: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.fleet $(FLEET_ARGS)
+
+# Wake to first token of a sleeping model (20 wakes) next to its cold start, and the
+# resident memory with models awake and asleep (two engines; minutes; see README,
+# "Several models on one server").
+WARM_ARGS ?=
+warm-bench: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.warm $(WARM_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks
