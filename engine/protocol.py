@@ -115,6 +115,8 @@ class GenerateRequest:
 class TopLogprob:
     token: str
     logprob: float
+    token_id: int | None = None  # set by engines that know it (vLLM's prompt logprobs need it)
+    rank: int | None = None  # 1: the most likely token
 
 
 @dataclass(slots=True)
@@ -123,7 +125,9 @@ class TokenLogprob:
 
     token: str
     logprob: float
-    top: list[TopLogprob]
+    top: list[TopLogprob]  # the most likely tokens at this place, best first
+    token_id: int | None = None  # as in TopLogprob
+    rank: int | None = None  # this token's rank in the whole vocabulary (1: the most likely)
 
 
 @dataclass(slots=True)

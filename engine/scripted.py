@@ -186,15 +186,31 @@ def _logprobs(token: str, top_k: int | None) -> list[TokenLogprob] | None:
 
 
 def _prompt_logprobs(request: GenerateRequest, position: int) -> list[TokenLogprob | None] | None:
-    if position != 0 or request.sampling.prompt_logprobs is None:
+    """Each prompt word after the first has rank 2 behind "alt" (id 0), then "alt2"...;
+    a word's id is its length, as `tokenize` says."""
+    top_k = request.sampling.prompt_logprobs
+    if position != 0 or top_k is None:
         return None
     words = _prompt_words(request)
-    return [None] + [TokenLogprob(token=" " + w, logprob=-2.0, top=[]) for w in words[1:]]
+    alternatives = [TopLogprob("alt", -1.0, token_id=0, rank=1)] + [
+        TopLogprob(f"alt{rank}", -1.0 - rank, token_id=1000 + rank, rank=rank)
+        for rank in range(3, top_k + 1)
+    ]
+    entries: list[TokenLogprob | None] = [None]
+    for word in words[1:]:
+        chosen = TopLogprob(" " + word, -2.0, token_id=len(word), rank=2)
+        top = sorted([*alternatives, chosen], key=lambda alt: alt.rank or 0)[:top_k]
+        entries.append(
+            TokenLogprob(" " + word, -2.0, top, token_id=chosen.token_id, rank=chosen.rank)
+        )
+    return entries
 
 
 def _prompt_words(request: GenerateRequest) -> list[str]:
     if request.prompt_token_ids is not None:
         return ["x" * token_id for token_id in request.prompt_token_ids]
+    if request.messages is not None:
+        return " ".join(str(m.get("content", "")) for m in request.messages).split()
     return (request.prompt or "").split()
 
 

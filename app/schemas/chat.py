@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from app.schemas.extensions import PromptLogprobs
 from app.schemas.sampling import PositiveInt, SamplingFields
 from app.schemas.tools import ResponseFormat, Tool, ToolCall, ToolCallDelta, ToolChoice
 
@@ -163,6 +164,9 @@ class ChatCompletion(Struct, kw_only=True):
     choices: list[Choice]
     usage: Usage
     system_fingerprint: str | None = None
+    # vLLM's, when the request asked for `prompt_logprobs` (never encoded otherwise): the
+    # tokens of the prompt the chat template rendered.
+    prompt_logprobs: PromptLogprobs | UnsetType | None = UNSET
 
 
 # ---------------------------------------------------------------- stream

@@ -8,6 +8,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from app.schemas.chat import Usage
+from app.schemas.extensions import PromptLogprobs
 from app.schemas.sampling import PositiveInt, SamplingFields, TokenId
 from app.schemas.tools import ResponseFormat
 
@@ -42,6 +43,8 @@ class CompletionChoice(Struct, kw_only=True):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    # vLLM's, when the request asked for `prompt_logprobs` (never encoded otherwise).
+    prompt_logprobs: PromptLogprobs | UnsetType | None = UNSET
 
 
 class Completion(Struct, kw_only=True):

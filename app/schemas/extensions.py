@@ -19,6 +19,11 @@ MAX_REGEX_CHARS = 4_096
 MAX_CHOICES = 256
 MAX_CHOICE_CHARS = 1_024
 
+# vLLM's bound on logprobs of any kind (its `max_logprobs` default, kept by the engine);
+# vLLM's -1 (the whole vocabulary) is outside it.
+MAX_PROMPT_LOGPROBS = 20
+PromptLogprobsCount = Annotated[int, Meta(ge=0, le=MAX_PROMPT_LOGPROBS)]
+
 Regex = Annotated[str, Meta(min_length=1, max_length=MAX_REGEX_CHARS)]
 Grammar = Annotated[str, Meta(min_length=1, max_length=MAX_GRAMMAR_CHARS)]
 ChoiceText = Annotated[str, Meta(min_length=1, max_length=MAX_CHOICE_CHARS)]
@@ -73,8 +78,10 @@ class VLLMExtensionFields(StructuredOutputFields, kw_only=True):
     cache_salt: str | None = None
     request_id: str | None = None
     session_id: str | None = None
+    # Each prompt token's logprob and the k most likely tokens at its place (whole
+    # responses only: a 400 with `stream`, as `vllm serve` refuses them there).
+    prompt_logprobs: PromptLogprobsCount | None = None
     # Refused unless left at vLLM's default (app.services.extensions.REFUSED).
-    prompt_logprobs: Any = UNSET
     use_beam_search: Any = UNSET
     length_penalty: Any = UNSET
     watermarking: Any = UNSET
@@ -93,3 +100,17 @@ class VLLMExtensionFields(StructuredOutputFields, kw_only=True):
     vllm_xargs: Any = UNSET
     repetition_detection: Any = UNSET
     thinking_token_budget: Any = UNSET
+
+
+class PromptLogprob(Struct, omit_defaults=True):
+    """vLLM's `Logprob` in `prompt_logprobs`: one token's logprob at a prompt position,
+    under its token id (a string key, as JSON object keys are)."""
+
+    logprob: float
+    rank: int | None  # in the whole vocabulary; 1: the most likely
+    decoded_token: str | None
+
+
+# One entry per prompt token; the first is null (nothing predicted it). Each maps the
+# prompt token's id and the ids of the k most likely tokens there (at most k + 1 keys).
+PromptLogprobs = list[dict[str, PromptLogprob] | None]

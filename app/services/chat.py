@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from msgspec import UNSET
+
 from app.errors import InvalidRequest, ServiceUnavailable
 from app.schemas.chat import (
     ChatCompletion,
@@ -26,6 +28,8 @@ from app.schemas.chat import (
     TopLogprob,
     Usage,
 )
+from app.schemas.extensions import PromptLogprobs
+from app.services import prompt_logprobs
 from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
 from app.services.images import ImageLoader, image_refs, template_content
 from app.services.sampling import check_common, sampling_options
@@ -109,7 +113,12 @@ def engine_request(
         )
     return GenerateRequest(
         request_id=request_id,
-        sampling=sampling_options(request, max_tokens=max_tokens, logprobs=logprobs),
+        sampling=sampling_options(
+            request,
+            max_tokens=max_tokens,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs.requested(request),
+        ),
         messages=messages_for_template(request.messages),
         template_kwargs=dict(request.chat_template_kwargs or {}),
         reasoning_controls=reasoning_controls(request),
@@ -198,6 +207,8 @@ class ChatGeneration(Generation[ChatChoiceState]):
         self._wants_logprobs = bool(request.logprobs)
         self._started: set[int] = set()
         self._echo = echoed_text(request)
+        self._prompt_logprobs_k = request.prompt_logprobs
+        self._prompt_logprobs: PromptLogprobs | None = None
 
     def choice_states(self) -> dict[int, ChatChoiceState]:
         states = {i: ChatChoiceState(i) for i in range(self._n)}
@@ -205,6 +216,14 @@ class ChatGeneration(Generation[ChatChoiceState]):
             for state in states.values():
                 state.text.append(self._echo)
         return states
+
+    def absorb_output(
+        self, states: dict[int, ChatChoiceState], position: int, out: GenerateOutput
+    ) -> None:
+        if self._prompt_logprobs_k is not None and out.prompt_logprobs is not None:
+            self._prompt_logprobs = prompt_logprobs.wire_prompt_logprobs(
+                out.prompt_logprobs, self._prompt_logprobs_k
+            )
 
     def state_of(
         self, states: dict[int, ChatChoiceState], position: int, delta: ChoiceDelta
@@ -230,7 +249,12 @@ class ChatGeneration(Generation[ChatChoiceState]):
             for state in states.values()
         ]
         return ChatCompletion(
-            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=choices,
+            usage=usage,
+            prompt_logprobs=UNSET if self._prompt_logprobs_k is None else self._prompt_logprobs,
         )
 
     def delta_chunk(

@@ -1,13 +1,15 @@
 """Legacy text completions: what is completions-specific on the generation skeleton.
 
-One engine request per prompt (merged by `app.services.generation`), echo, and the
-legacy logprobs shape (parallel lists with text offsets).
+One engine request per prompt (merged by `app.services.generation`), echo, the legacy
+logprobs shape (parallel lists with text offsets) and vLLM's `prompt_logprobs` per choice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from msgspec import UNSET
 
 from app.errors import InvalidRequest
 from app.schemas.chat import Usage
@@ -18,6 +20,8 @@ from app.schemas.completions import (
     CompletionLogprobs,
     CompletionRequest,
 )
+from app.schemas.extensions import PromptLogprobs
+from app.services import prompt_logprobs
 from app.services.extensions import extension_fields
 from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
 from app.services.sampling import check_common, sampling_options
@@ -29,8 +33,11 @@ class LogprobsBuilder:
     """Accumulates the legacy logprobs shape (parallel lists) for one choice: `tokens`
     joined give back the text, and each `text_offset` is where its token starts."""
 
-    def __init__(self, offset: int = 0) -> None:
+    def __init__(self, offset: int = 0, top_k: int | None = None) -> None:
         self.offset = offset
+        # Alternatives kept per token: the engine may have computed more for the prompt
+        # (when `prompt_logprobs` asks for more than `logprobs`).
+        self.top_k = top_k
         self.logprobs = CompletionLogprobs(
             tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[]
         )
@@ -58,7 +65,8 @@ class LogprobsBuilder:
             lists.text_offset.append(self.offset)
             lists.tokens.append(entry.token)
             lists.token_logprobs.append(entry.logprob)
-            lists.top_logprobs.append({top.token: top.logprob for top in entry.top})
+            top = entry.top if self.top_k is None else entry.top[: self.top_k]
+            lists.top_logprobs.append({alt.token: alt.logprob for alt in top})
             self.offset += len(entry.token)
 
 
@@ -113,11 +121,14 @@ class CompletionService(GenerationService[CompletionRequest]):
         check_common(request, request.max_tokens)
         prompts = prompts_of(request)
         check_token_prompts(prompts, self.engine_for(request).model.vocab_size)
+        echoed_logprobs = request.logprobs if request.echo else None
         options = sampling_options(
             request,
             max_tokens=request.max_tokens,
             logprobs=request.logprobs,
-            prompt_logprobs=request.logprobs if request.echo else None,
+            prompt_logprobs=prompt_logprobs.engine_count(
+                echoed_logprobs, prompt_logprobs.requested(request)
+            ),
         )
         extensions = extension_fields(request, response_format_constraint(request.response_format))
         return [
@@ -146,6 +157,7 @@ class CompletionService(GenerationService[CompletionRequest]):
 @dataclass(slots=True)
 class CompletionChoiceState(ChoiceState):
     logprobs: LogprobsBuilder | None = None
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 class CompletionGeneration(Generation[CompletionChoiceState]):
@@ -167,7 +179,7 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
             if request.echo:
                 state.text.append(self._prompts[index // request.n])
             if request.logprobs is not None:
-                state.logprobs = LogprobsBuilder()
+                state.logprobs = LogprobsBuilder(top_k=request.logprobs)
             states[index] = state
         return states
 
@@ -176,11 +188,16 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
     ) -> None:
         if out.prompt_logprobs is None:
             return
-        n = self._request.n
-        for j in range(n):
-            builder = states[position * n + j].logprobs
-            if builder is not None:
-                builder.add_prompt(out.prompt_logprobs, out.prompt_token_texts or [])
+        request = self._request
+        wire = None
+        if request.prompt_logprobs is not None:
+            k = request.prompt_logprobs
+            wire = prompt_logprobs.wire_prompt_logprobs(out.prompt_logprobs, k)
+        for j in range(request.n):
+            state = states[position * request.n + j]
+            state.prompt_logprobs = wire
+            if request.echo and state.logprobs is not None:
+                state.logprobs.add_prompt(out.prompt_logprobs, out.prompt_token_texts or [])
 
     def state_of(
         self, states: dict[int, CompletionChoiceState], position: int, delta: ChoiceDelta
@@ -198,6 +215,9 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
                 text="".join(state.text),
                 logprobs=state.logprobs.logprobs if state.logprobs is not None else None,
                 finish_reason=state.finish_reason,
+                prompt_logprobs=(
+                    UNSET if self._request.prompt_logprobs is None else state.prompt_logprobs
+                ),
             )
             for state in states.values()
         ]
@@ -211,8 +231,10 @@ class CompletionGeneration(Generation[CompletionChoiceState]):
         logprobs = None
         if self._request.logprobs is not None:
             previous = self._builders.get(index)
-            builder = LogprobsBuilder(previous.offset if previous is not None else 0)
-            if output.prompt_logprobs is not None:
+            builder = LogprobsBuilder(
+                previous.offset if previous is not None else 0, self._request.logprobs
+            )
+            if self._request.echo and output.prompt_logprobs is not None:
                 builder.add_prompt(output.prompt_logprobs, output.prompt_token_texts or [])
             builder.add(delta.logprobs or [])
             self._builders[index] = builder

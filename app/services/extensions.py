@@ -16,7 +16,6 @@ from engine.schema_bounds import check_schema
 
 # Field -> the values that leave the output as vLLM's default would (UNSET: not sent).
 REFUSED: dict[str, tuple[Any, ...]] = {
-    "prompt_logprobs": (),
     "use_beam_search": (False,),
     "length_penalty": (1.0,),
     "watermarking": (False,),

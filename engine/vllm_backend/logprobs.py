@@ -19,14 +19,19 @@ def _finite(value: float) -> float:
 def _token_logprob(token_id: int, entries: Mapping[int, Any], top_k: int) -> TokenLogprob:
     chosen = entries[token_id]
     ranked = sorted(
-        (entry.rank, entry.decoded_token or "", entry.logprob)
-        for entry in entries.values()
+        (entry.rank, other_id, entry.decoded_token or "", entry.logprob)
+        for other_id, entry in entries.items()
         if entry.rank is not None and entry.rank <= top_k
     )
     return TokenLogprob(
         token=chosen.decoded_token or "",
         logprob=_finite(chosen.logprob),
-        top=[TopLogprob(token=text, logprob=_finite(lp)) for _, text, lp in ranked[:top_k]],
+        top=[
+            TopLogprob(token=text, logprob=_finite(lp), token_id=other_id, rank=rank)
+            for rank, other_id, text, lp in ranked[:top_k]
+        ],
+        token_id=token_id,
+        rank=chosen.rank,
     )
 
 

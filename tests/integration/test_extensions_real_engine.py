@@ -170,6 +170,61 @@ async def test_echoed_prompt_tokens_give_back_the_text(
     assert tokens[0] != ""
 
 
+# ------------------------------------------------------------ prompt_logprobs
+
+
+def check_prompt_logprobs(
+    prompt_logprobs: list, prompt_ids: list[int], k: int, real_engine: VLLMEngine
+) -> None:
+    """One entry per prompt token, the first null; each names the prompt's own token
+    (its vocabulary rank ≥ 1, its text) and the k most likely ones (ranks 1..k), at most
+    k + 1 ids, logprobs ≤ 0 and falling with rank."""
+    assert len(prompt_logprobs) == len(prompt_ids) > 1
+    assert prompt_logprobs[0] is None
+    for token_id, position in zip(prompt_ids[1:], prompt_logprobs[1:], strict=True):
+        assert 1 <= len(position) <= k + 1
+        own = position[str(token_id)]
+        assert own["rank"] >= 1
+        assert own["decoded_token"] == real_engine.detokenize([token_id])
+        by_rank = sorted(position.values(), key=lambda entry: entry["rank"])
+        assert [entry["rank"] for entry in by_rank[:k]] == list(range(1, k + 1))
+        logprobs = [entry["logprob"] for entry in by_rank]
+        assert all(lp <= 0 for lp in logprobs)
+        assert logprobs == sorted(logprobs, reverse=True)
+
+
+async def test_prompt_logprobs_on_completions(
+    real_client: httpx.AsyncClient, real_engine: VLLMEngine
+) -> None:
+    tokenized = await real_client.post("/tokenize", json={"prompt": PROMPT})
+    prompt_ids = tokenized.json()["tokens"]
+    body = await ok(real_client, COMPLETIONS, prompt=PROMPT, max_tokens=1, prompt_logprobs=2)
+    choice = body["choices"][0]
+    check_prompt_logprobs(choice["prompt_logprobs"], prompt_ids, 2, real_engine)
+    assert choice["logprobs"] is None
+    assert body["usage"]["prompt_tokens"] == len(prompt_ids)
+    # A token that is not the prompt's own somewhere: the map holds more than one id.
+    assert any(len(position) > 1 for position in choice["prompt_logprobs"][1:])
+
+
+async def test_prompt_logprobs_on_chat(
+    real_client: httpx.AsyncClient, real_engine: VLLMEngine
+) -> None:
+    tokenized = await real_client.post("/tokenize", json={"messages": QUESTION})
+    prompt_ids = tokenized.json()["tokens"]
+    body = await ok(real_client, CHAT, messages=QUESTION, max_tokens=1, prompt_logprobs=2)
+    check_prompt_logprobs(body["prompt_logprobs"], prompt_ids, 2, real_engine)
+    assert body["usage"]["prompt_tokens"] == len(prompt_ids)
+
+
+async def test_prompt_logprobs_refused_on_streams(real_client: httpx.AsyncClient) -> None:
+    response = await post(
+        real_client, COMPLETIONS, prompt=PROMPT, max_tokens=1, prompt_logprobs=1, stream=True
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "prompt_logprobs"
+
+
 # ------------------------------------------------------------ sampling extensions
 
 

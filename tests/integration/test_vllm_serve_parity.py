@@ -46,3 +46,28 @@ async def test_same_answer_as_vllm_serve(real_client: httpx.AsyncClient, case: d
         assert got["tokens"] == want["tokens"]
         assert got["text_offset"] == want["text_offset"]
         assert _close(got["token_logprobs"], want["token_logprobs"])
+
+
+SCORED = [case for case in RECORDED if case["answer"]["choices"][0].get("prompt_logprobs")]
+
+
+@pytest.mark.parametrize("case", SCORED, ids=[str(RECORDED.index(c)) for c in SCORED])
+async def test_same_prompt_logprobs_as_vllm_serve(
+    real_client: httpx.AsyncClient, case: dict
+) -> None:
+    """`vllm serve` fills `prompt_logprobs` on echoed prompts with `logprobs` k (it asks
+    the engine for k prompt logprobs); asking for the same k here gives the same maps."""
+    body = {**case["body"], "model": DEFAULT_MODEL_NAME}
+    body["prompt_logprobs"] = body["logprobs"]
+    response = await real_client.post(case["path"], json=body)
+    assert response.status_code == 200, response.text
+    for mine, recorded in zip(response.json()["choices"], case["answer"]["choices"], strict=True):
+        ours, theirs = mine["prompt_logprobs"], recorded["prompt_logprobs"]
+        assert len(ours) == len(theirs)
+        assert ours[0] is None and theirs[0] is None
+        for got, want in zip(ours[1:], theirs[1:], strict=True):
+            assert set(got) == set(want)
+            for token_id, entry in want.items():
+                assert got[token_id]["rank"] == entry["rank"]
+                assert got[token_id]["decoded_token"] == entry["decoded_token"]
+                assert math.isclose(got[token_id]["logprob"], entry["logprob"], abs_tol=2e-3)

@@ -65,6 +65,15 @@ def test_request_bodies_are_the_decoded_types() -> None:
     assert set(stream) == {"application/json", "text/event-stream"}
 
 
+def test_prompt_logprobs_are_documented() -> None:
+    schemas = document()["components"]["schemas"]
+    bound = schemas["CompletionRequest"]["properties"]["prompt_logprobs"]["anyOf"][0]
+    assert (bound["minimum"], bound["maximum"]) == (0, 20)
+    assert "prompt_logprobs" in schemas["ChatCompletion"]["properties"]
+    assert "prompt_logprobs" in schemas["CompletionChoice"]["properties"]
+    assert set(schemas["PromptLogprob"]["required"]) == {"logprob", "rank", "decoded_token"}
+
+
 _app = create_app(Settings(), engine=ScriptedEngine(served_names=("scripted",)))
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 # The coverage phase alone makes thousands of boundary cases (minutes here): the

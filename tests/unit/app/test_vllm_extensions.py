@@ -117,7 +117,6 @@ async def test_completions_take_constraints_and_response_format(
         ({"reasoning_effort": "ultra"}, "reasoning_effort"),
         ({"use_beam_search": True}, "use_beam_search"),
         ({"length_penalty": 2.0}, "length_penalty"),
-        ({"prompt_logprobs": 1}, "prompt_logprobs"),
         ({"chat_template": "{{ messages }}"}, "chat_template"),
         ({"include_reasoning": False}, "include_reasoning"),
         ({"spaces_between_special_tokens": False}, "spaces_between_special_tokens"),
