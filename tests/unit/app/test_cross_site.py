@@ -50,9 +50,9 @@ async def test_failed_admin_attempts_are_slowed_down_per_client() -> None:
             started = time.perf_counter()
             assert (await http.get(STATUS, headers=wrong)).status_code == 401
             took.append(time.perf_counter() - started)
-        # 0.05, 0.1, 0.2, 0.4 s: each failure waits about twice the one before.
-        assert took[0] >= 0.05 and took[3] >= 0.4, took
-        assert took[3] > 3 * took[0], took
+        # 0.05, 0.1, 0.2, 0.4 s: each failure waits twice the one before (lower bounds
+        # only: a loaded machine may add to each answer, never take away).
+        assert all(took[i] >= 0.05 * 2**i for i in range(4)), took
         ok = {"authorization": "Bearer k"}
         assert (await http.get(STATUS, headers=ok)).status_code == 200
         assert backoff.failed("testclient") == pytest.approx(0.05)  # success reset it
