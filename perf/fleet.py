@@ -28,6 +28,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.checkpoint import DEFAULT_MODEL_NAME
+
 ROOT = Path(__file__).resolve().parents[1]
 IDLE_TIMELINE = "0 0  # the owner is idle\n"
 SCRIPTED_SERVE = (
@@ -382,7 +384,7 @@ def _wait_for_both_routed(
 
 
 def run(config: FleetConfig) -> Report:
-    model = "scripted" if config.scripted else "SmolLM2-135M-Instruct"
+    model = "scripted" if config.scripted else DEFAULT_MODEL_NAME
     with fleet(config):
         return asyncio.run(drive(config, model))
 
