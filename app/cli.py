@@ -60,7 +60,9 @@ def serve(settings: Settings) -> int:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    if settings.model is None and prepare_model() != 0:
+    from app.model_specs import model_specs
+
+    if any(spec.model is None for spec in model_specs(settings)) and prepare_model() != 0:
         return 1
     # The worker reads its settings from here and removes them (and the admin key) from
     # its environment before the engine's processes start (app.main.forget_secrets).

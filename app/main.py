@@ -68,7 +68,7 @@ def build_engine(
     from engine.vllm_backend.config import EngineConfig
     from engine.vllm_backend.engine import VLLMEngine
 
-    model_path, default_name = resolve_model(settings.model)
+    model_path, default_name = resolve_model(settings.model[0] if settings.model else None)
     if settings.family is not None:
         try:
             get_family(settings.family)

@@ -1,5 +1,5 @@
 """The models one server serves: the `[[models]]` tables of the `--config` TOML file,
-or, without them, the one model of `--model` and its flags.
+or, without them, the models of `--model` (one, with its flags, or several).
 
 Each table is one `ModelSpec`; an unknown key is an error naming it. With several
 models, `keep_alive` defaults to 300 s; a model served alone never sleeps by default
@@ -41,10 +41,12 @@ def model_specs(settings: Settings) -> list[ModelSpec]:
     """The models to serve, in order (the first is the one admission and the `vllm:`
     metrics describe)."""
     tables = _models_tables(settings.config) if settings.config else []
+    if not tables and len(settings.model) > 1:
+        return _repeated_models(settings)
     if not tables:
         return [
             ModelSpec(
-                model=settings.model,
+                model=settings.model[0] if settings.model else None,
                 served_model_name=list(settings.served_model_name) or None,
                 family=settings.family,
                 max_model_len=settings.max_model_len,
@@ -53,7 +55,7 @@ def model_specs(settings: Settings) -> list[ModelSpec]:
                 keep_alive=-1.0,
             )
         ]
-    if settings.model is not None:
+    if settings.model:
         raise SystemExit(
             f"--config {settings.config}: declares [[models]]; give every model there, "
             "not also --model"
@@ -72,11 +74,36 @@ def model_specs(settings: Settings) -> list[ModelSpec]:
     return specs
 
 
+# Flags that describe one model: with several `--model` flags, which one they meant is
+# unclear, so they are refused there (each `[[models]]` table has its own).
+PER_MODEL_FLAGS = ("served_model_name", "family", "chat_template", "tool_call_parser")
+
+
+def _repeated_models(settings: Settings) -> list[ModelSpec]:
+    """`--model A --model B`: each served under its own id, with the defaults of a model
+    in a `[[models]]` table; `--max-model-len` applies to every one."""
+    given = [name for name in PER_MODEL_FLAGS if getattr(settings, name)]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise SystemExit(
+            f"{flags}: applies to one model; with several --model flags, declare the "
+            "models in [[models]] tables of --config instead"
+        )
+    return [
+        ModelSpec(
+            model=model,
+            max_model_len=settings.max_model_len,
+            keep_alive=SEVERAL_MODELS_KEEP_ALIVE_S,
+        )
+        for model in settings.model
+    ]
+
+
 def engine_settings(settings: Settings, spec: ModelSpec) -> Settings:
     """The server settings with one model's own in place of the model flags."""
     return msgspec.structs.replace(
         settings,
-        model=spec.model,
+        model=(spec.model,) if spec.model else (),
         served_model_name=spec.served_names,
         family=spec.family,
         max_model_len=spec.max_model_len,

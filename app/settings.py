@@ -55,6 +55,10 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
 
 
+def _one(text: str) -> tuple[str, ...]:
+    return (text.strip(),) if text.strip() else ()
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
@@ -65,12 +69,15 @@ _ADMISSION = {"section": "admission", "toml": True}
 
 class Settings(msgspec.Struct, kw_only=True, frozen=True):
     model: Annotated[
-        str | None,
+        tuple[str, ...],
         Flag(
-            "a local checkpoint folder or a Hugging Face id",
-            default_doc="SmolLM2-135M-Instruct",  # None: the default model, prepared on first use
+            "a local checkpoint folder or a Hugging Face id; repeat it to serve several models",
+            # Empty: the default model, prepared on first use.
+            default_doc="SmolLM2-135M-Instruct",
+            parse=_one,
+            repeatable=True,
         ),
-    ] = None
+    ] = ()
     served_model_name: Annotated[
         tuple[str, ...],
         Flag(

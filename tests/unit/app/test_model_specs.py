@@ -58,7 +58,7 @@ tool_call_parser = "hermes"
     )
     per_model = engine_settings(settings, other)
     assert (per_model.model, per_model.served_model_name, per_model.chat_template) == (
-        "/weights/other",
+        ("/weights/other",),
         ("other", "other-alias"),
         "t.jinja",
     )
@@ -85,10 +85,34 @@ def test_a_bad_value_is_an_error_naming_the_key(tmp_path: Path) -> None:
 def test_models_tables_and_model_flag_together_are_refused(tmp_path: Path) -> None:
     path = config(tmp_path, '[[models]]\nmodel = "/m"\n')
     with pytest.raises(SystemExit, match="not also --model"):
-        model_specs(Settings(config=path, model="/n"))
+        model_specs(Settings(config=path, model=("/n",)))
 
 
 def test_models_must_be_tables(tmp_path: Path) -> None:
     path = config(tmp_path, 'models = "/m"\n')
     with pytest.raises(SystemExit, match=r"\[\[models\]\] tables"):
         model_specs(Settings(config=path))
+
+
+def test_repeated_model_flags_serve_each_under_its_own_id() -> None:
+    settings = parse_args(["--model", "/a", "--model", "org/b", "--max-model-len", "1024"])
+    assert settings.model == ("/a", "org/b")
+    specs = model_specs(settings)
+    assert [(s.model, s.max_model_len, s.keep_alive) for s in specs] == [
+        ("/a", 1024, 300.0),
+        ("org/b", 1024, 300.0),
+    ]
+    assert engine_settings(settings, specs[1]).model == ("org/b",)
+
+
+@pytest.mark.parametrize("flag", ["--served-model-name", "--family", "--chat-template"])
+def test_a_per_model_flag_with_repeated_models_is_refused(flag: str) -> None:
+    settings = parse_args(["--model", "/a", "--model", "/b", flag, "x"])
+    with pytest.raises(SystemExit, match=f"{flag}: applies to one model"):
+        model_specs(settings)
+
+
+def test_the_model_variable_is_one_model_even_with_a_comma() -> None:
+    from app.settings_sources import settings_from
+
+    assert settings_from(None, {"LILAC_MODEL": "/weights/a,b"}).model == ("/weights/a,b",)

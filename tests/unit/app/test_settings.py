@@ -13,7 +13,7 @@ def parse(argv: list[str], environ: dict[str, str]) -> Settings:
 
 def test_defaults() -> None:
     settings = parse([], {})
-    assert (settings.host, settings.port, settings.model) == ("127.0.0.1", 8000, None)
+    assert (settings.host, settings.port, settings.model) == ("127.0.0.1", 8000, ())
 
 
 def test_environment_sets_every_flag_kind() -> None:
@@ -51,4 +51,4 @@ def test_unknown_family_stops_before_loading() -> None:
     from app.main import build_engine
 
     with pytest.raises(SystemExit, match="known families"):
-        build_engine(Settings(model="/nonexistent", family="llama9"))
+        build_engine(Settings(model=("/nonexistent",), family="llama9"))
