@@ -342,8 +342,14 @@ class ModelPool:
     # ------------------------------------------------------------ sleeping
 
     async def _sleep_locked(self, model: WarmModel) -> None:
-        await self.sleeper.sleep(model.engine)
+        # Asleep before the first await: a request arriving while the engine pauses must
+        # wait for a wake, not reach an engine that is about to stop scheduling.
         model.state = ModelState.ASLEEP
+        try:
+            await self.sleeper.sleep(model.engine)
+        except BaseException:
+            model.state = ModelState.AWAKE
+            raise
         log.info("model %s is asleep", model.name)
 
     def _idle_too_long(self, model: WarmModel, now: float) -> bool:

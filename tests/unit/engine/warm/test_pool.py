@@ -223,6 +223,33 @@ async def test_a_budget_fitting_one_model_swaps_them_per_request() -> None:
         await pool.shutdown()
 
 
+class SlowSleepSleeper(CountingSleeper):
+    """Putting a model to sleep takes a while (vLLM's pause waits for the engine)."""
+
+    async def sleep(self, host: ModelHost) -> None:
+        await asyncio.sleep(0.05)
+        await super().sleep(host)
+
+
+async def test_a_request_arriving_while_its_model_goes_to_sleep_wakes_it_again() -> None:
+    clock = Clock()
+    sleeper = SlowSleepSleeper()
+    pool = ModelPool(sleeper, budget_gib=4, clock=clock)
+    for index in range(2):
+        pool.add(ScriptedEngine(served_names=(f"m{index}",)), WarmConfig(memory_gib=3))
+    await pool.start()
+    try:
+        # m1's request makes m0 sleep; m0's request arrives while m0's engine pauses.
+        to_m1 = asyncio.create_task(run(model(pool, "m1"), "r-m1"))
+        await asyncio.sleep(0.01)
+        to_m0 = asyncio.create_task(run(model(pool, "m0"), "r-m0"))
+        results = await asyncio.wait_for(asyncio.gather(to_m1, to_m0), 5)
+        assert results == [3, 3]
+        assert model(pool, "m0").state is ModelState.AWAKE
+    finally:
+        await pool.shutdown()
+
+
 async def test_a_model_in_flight_is_never_evicted_and_the_wake_waits_for_it() -> None:
     pool, _, _, _ = make_pool(WarmConfig(memory_gib=3), WarmConfig(memory_gib=3), budget_gib=4)
     await pool.start()
