@@ -6,6 +6,7 @@ for every response a client received whole."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -66,7 +67,10 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantServer]:
     ]  # fmt: skip
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # Its own process group: kill -9 reaches granian's worker and the engine too.
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while True:
@@ -78,13 +82,18 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantServer]:
         except httpx.TransportError:
             pass
         if time.monotonic() > deadline:
-            process.kill()
+            kill_group(process)
             raise AssertionError(f"server not ready in time:\n{log_path.read_text()[-4000:]}")
         time.sleep(1)
     yield TenantServer(process, url, data)
-    if process.poll() is None:
-        process.kill()
-        process.wait(timeout=60)
+    kill_group(process)
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the server, its granian worker and its engine processes at once."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
 
 
 def test_a_tenants_life(tenants: TenantServer) -> None:
@@ -167,8 +176,7 @@ def test_kill_9_under_load_loses_no_completed_request(tenants: TenantServer) -> 
     deadline = time.monotonic() + 60
     while len(seen) < 8 and time.monotonic() < deadline:
         time.sleep(0.1)
-    tenants.process.send_signal(signal.SIGKILL)
-    tenants.process.wait(timeout=60)
+    kill_group(tenants.process)
     stop.set()
     for worker in workers:
         worker.join(timeout=60)
