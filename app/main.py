@@ -50,7 +50,8 @@ from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
 from engine.warm.host import PoolHost
-from engine.warm.pool import ModelPool, WarmConfig
+from engine.warm.model import WarmConfig
+from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper, Sleeper, VLLMSleeper
 
 log = logging.getLogger("lilac.app")

@@ -24,7 +24,8 @@ import psutil
 
 from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir
 from engine.protocol import GenerateRequest, SamplingOptions
-from engine.warm.pool import ModelPool, WarmConfig, WarmModel
+from engine.warm.model import WarmConfig, WarmModel
+from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper, Sleeper, VLLMSleeper
 
 SECOND_NAME = "warm-second"

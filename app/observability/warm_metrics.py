@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engine.warm.pool import ModelPool, ModelState, WarmModel
+from engine.warm.model import ModelState, WarmModel
+from engine.warm.pool import ModelPool
 
 # A pause stand-in wakes in milliseconds; vLLM's sleep mode in 0.3-3 s for models up
 # to 8B; anything slower is a problem worth seeing.

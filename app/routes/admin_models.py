@@ -10,7 +10,7 @@ from litestar import Router, get, post
 from app.routes.admin import AdminKeyGuard
 from app.routes.deps import ModelsDep
 from app.services.sampling import resolve_model
-from engine.warm.pool import WarmModel
+from engine.warm.model import WarmModel
 
 
 def _status(model: WarmModel) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from app.schemas.tokenize import (
     tokenize_request_decoder,
 )
 from app.services.chat import messages_for_template
-from app.services.images import image_refs
+from app.services.image_decoding import image_refs
 from app.services.sampling import resolve_model
 from engine.offload import off_loop
 from engine.protocol import Engine

@@ -31,7 +31,8 @@ from app.schemas.chat import (
 from app.schemas.extensions import PromptLogprobs
 from app.services import prompt_logprobs
 from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
-from app.services.images import ImageLoader, image_refs, template_content
+from app.services.image_decoding import image_refs
+from app.services.images import ImageLoader, template_content
 from app.services.sampling import check_common, sampling_options
 from app.services.tools import (
     ToolCallCollector,

@@ -26,9 +26,6 @@ the others, so nothing is left running.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import io
 import ipaddress
 import socket
 import ssl
@@ -40,16 +37,23 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from app.errors import InvalidRequest, ServiceUnavailable
 from app.schemas.chat import Content, ImagePart, Message, TextPart, UserContent
 from app.services.addresses import is_public
+from app.services.image_decoding import (
+    ImageError,
+    ImageRef,
+    decode_data_uri,
+    decode_image,
+    image_refs,
+    too_large,
+)
 from engine.checks import require_image_input, require_ready
 from engine.errors import EngineRequestError
 from engine.protocol import ImageInput, ModelHost
 
-FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 MAX_REDIRECTS = 3
 IN_FLIGHT_IMAGES = 4  # images of the largest size that may be in flight at once
 DECODE_WORKERS = 2
@@ -81,39 +85,6 @@ class ImageLimits:
             allow_private=settings.allow_private_image_urls,
             bytes_in_flight=IN_FLIGHT_IMAGES * settings.max_image_bytes,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ImageRef:
-    """Where an image part stands: message and part index, for the template and errors."""
-
-    message: int
-    part: int
-    url: str
-    detail: str
-
-    @property
-    def param(self) -> str:
-        return f"messages[{self.message}].content[{self.part}].image_url"
-
-
-class ImageError(InvalidRequest):
-    """A 400 about one image part; `position` orders failures of one request."""
-
-    def __init__(self, ref: ImageRef, message: str, code: str) -> None:
-        super().__init__(f"{ref.param}: {message}", param=ref.param, code=code)
-        self.position = (ref.message, ref.part)
-
-
-def image_refs(messages: Sequence[Message]) -> list[ImageRef]:
-    refs = []
-    for m, message in enumerate(messages):
-        content = getattr(message, "content", None)
-        if isinstance(content, list):
-            for p, part in enumerate(content):
-                if isinstance(part, ImagePart):
-                    refs.append(ImageRef(m, p, part.image_url.url, part.image_url.detail))
-    return refs
 
 
 def template_content(content: Content | UserContent | None) -> str | list[dict[str, Any]]:
@@ -354,78 +325,15 @@ class ImageLoader:
             )
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _too_large(ref, limit)
+            raise too_large(ref, limit)
         body = bytearray()
         # Raw bytes: httpx would otherwise decode any Content-Encoding on the way.
         async for chunk in response.aiter_raw():
             if len(body) + len(chunk) > limit:
-                raise _too_large(ref, limit)
+                raise too_large(ref, limit)
             held.take(len(chunk))
             body += chunk
         return bytes(body)
-
-
-def decode_data_uri(ref: ImageRef, max_bytes: int) -> bytes:
-    header, comma, payload = ref.url[len("data:") :].partition(",")
-    if not comma:
-        raise ImageError(ref, "malformed data URI (no comma).", "invalid_image_url")
-    media_type, *params = [item.strip().lower() for item in header.split(";")]
-    if "base64" not in params:
-        raise ImageError(ref, "data URIs must be base64-encoded (`;base64,`).", "invalid_image_url")
-    if media_type and not media_type.startswith("image/"):
-        raise ImageError(
-            ref, f"the data URI's media type `{media_type}` is not an image.", "invalid_image"
-        )
-    payload = "".join(payload.split())  # line breaks some encoders insert
-    if len(payload) // 4 * 3 > max_bytes + 2:
-        raise _too_large(ref, max_bytes)
-    try:
-        data = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise ImageError(ref, "the data URI is not valid base64.", "invalid_image") from None
-    if len(data) > max_bytes:
-        raise _too_large(ref, max_bytes)
-    return data
-
-
-def decode_image(ref: ImageRef, data: bytes, max_pixels: int) -> Image.Image:
-    """Bytes -> an RGB image. The pixel limit is checked on the header, before decoding."""
-    try:
-        # Opening reads the header only. Pillow's own bomb check (Image.MAX_IMAGE_PIXELS)
-        # raises for a header over twice its limit; ours is usually lower and checked here.
-        image = Image.open(io.BytesIO(data), formats=FORMATS)
-        width, height = image.size
-        if width * height > max_pixels:
-            raise _too_many_pixels(ref, width, height, max_pixels)
-        image.seek(0)  # animated GIF/WebP: the first frame
-        image.load()
-    except Image.DecompressionBombError:
-        raise ImageError(
-            ref, f"the image has more than {max_pixels} pixels.", "image_too_large"
-        ) from None
-    except UnidentifiedImageError:
-        raise ImageError(
-            ref,
-            "the data is not an image in a supported format (PNG, JPEG, WebP, GIF).",
-            "invalid_image",
-        ) from None
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise ImageError(ref, f"the image could not be decoded ({exc}).", "invalid_image") from None
-    return _rgb(image)
-
-
-def _rgb(image: Image.Image) -> Image.Image:
-    if image.mode == "RGB":
-        return image
-    if image.mode == "P":
-        image = image.convert("RGBA")
-    if image.mode in ("RGBA", "LA", "PA"):
-        # Transparent pixels over white, not over whatever colour they hide.
-        rgba = image.convert("RGBA")
-        canvas = Image.new("RGB", rgba.size, (255, 255, 255))
-        canvas.paste(rgba, mask=rgba.getchannel("A"))
-        return canvas
-    return image.convert("RGB")
 
 
 async def _resolve(host: str, port: int) -> list[str]:
@@ -443,15 +351,3 @@ def _ssl_context() -> ssl.SSLContext:
 def _describe(exc: Exception) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _too_large(ref: ImageRef, limit: int) -> ImageError:
-    return ImageError(ref, f"the image is larger than {limit} bytes.", "image_too_large")
-
-
-def _too_many_pixels(ref: ImageRef, width: int, height: int, limit: int) -> ImageError:
-    return ImageError(
-        ref,
-        f"the image is {width}x{height} pixels, over the limit of {limit} pixels.",
-        "image_too_large",
-    )

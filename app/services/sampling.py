@@ -6,7 +6,8 @@ from app.errors import InvalidRequest, ModelNotFound
 from app.schemas.sampling import SamplingFields
 from app.services.extensions import check_refused
 from engine.protocol import SamplingOptions
-from engine.warm.pool import ModelPool, WarmModel
+from engine.warm.model import WarmModel
+from engine.warm.pool import ModelPool
 
 
 def resolve_model(models: ModelPool, name: str | None) -> WarmModel:

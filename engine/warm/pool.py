@@ -1,9 +1,7 @@
 """Several models in one server: each asleep until a request names it.
 
-`ModelPool` holds one `WarmModel` per configured model. A `WarmModel` is an
-`engine.protocol.Engine` that delegates to the model's own engine, except that a
-generation first waits for the model to be awake (waking it if asleep: concurrent
-requests share one wake), is counted while in flight and stamps the model's last use.
+`ModelPool` holds one `engine.warm.model.WarmModel` per configured model and decides,
+for all of them, when each sleeps and wakes.
 
 The rules, all decided here under one lock so that memory is counted once:
 - a model idle for its `keep_alive_s` sleeps (0: as soon as it is idle; -1: never);
@@ -23,123 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
-from contextlib import aclosing
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any
+from collections.abc import Callable
 
 from engine.errors import ModelStateConflict, ModelWakeFailed
-from engine.protocol import Engine, GenerateOutput, GenerateRequest, ModelInfo
+from engine.protocol import Engine
+from engine.warm.model import ModelState, WarmConfig, WarmModel
 from engine.warm.sleeper import Sleeper
 
 log = logging.getLogger("lilac.warm")
 
 _ROOM_POLL_S = 0.05  # how often a wake waiting for memory looks again
-
-
-class ModelState(StrEnum):
-    LOADING = "loading"
-    AWAKE = "awake"
-    WAKING = "waking"
-    ASLEEP = "asleep"
-
-
-@dataclass(frozen=True, slots=True)
-class WarmConfig:
-    """How one model shares the box."""
-
-    keep_alive_s: float = -1.0  # idle seconds before it sleeps; 0: at once; -1: never
-    memory_gib: float = 0.0  # counted against the pool's budget while awake
-    pinned: bool = False  # never sleeps (neither idle nor to make room)
-
-
-class WarmModel:
-    """One model of the pool, usable wherever an `Engine` is."""
-
-    def __init__(self, engine: Engine, config: WarmConfig, pool: ModelPool) -> None:
-        self.engine = engine
-        self.config = config
-        self._pool = pool
-        self.state = ModelState.AWAKE if engine.is_ready() else ModelState.LOADING
-        self.in_flight = 0
-        self.last_used = pool.clock()
-        self.wakes = 0  # wakes completed
-        self.waiters = 0  # requests that waited for a wake
-        self.wake_task: asyncio.Task[None] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.engine.model.name
-
-    @property
-    def model(self) -> ModelInfo:
-        return self.engine.model
-
-    async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
-        self.in_flight += 1  # from now on the model cannot be put to sleep
-        try:
-            await self._pool.ensure_awake(self)
-            async with aclosing(self.engine.generate(request)) as outputs:
-                async for output in outputs:
-                    yield output
-        finally:
-            self.in_flight -= 1
-            self.last_used = self._pool.clock()
-            self._pool.request_ended(self)
-
-    # Everything else is the model's own engine.
-
-    async def abort(self, request_id: str) -> None:
-        await self.engine.abort(request_id)
-
-    async def start(self) -> None:
-        await self.engine.start()
-
-    async def shutdown(self) -> None:
-        await self.engine.shutdown()
-
-    def is_alive(self) -> bool:
-        return self.engine.is_alive()
-
-    def is_ready(self) -> bool:
-        return self.engine.is_ready()
-
-    def unfinished_requests(self) -> int:
-        return self.engine.unfinished_requests()
-
-    def failure(self) -> str | None:
-        return self.engine.failure()
-
-    def tokenize(
-        self,
-        *,
-        prompt: str | None = None,
-        messages: list[dict[str, Any]] | None = None,
-        add_special_tokens: bool = True,
-        add_generation_prompt: bool = True,
-    ) -> list[int]:
-        return self.engine.tokenize(
-            prompt=prompt,
-            messages=messages,
-            add_special_tokens=add_special_tokens,
-            add_generation_prompt=add_generation_prompt,
-        )
-
-    def detokenize(self, token_ids: list[int]) -> str:
-        return self.engine.detokenize(token_ids)
-
-    async def pause(self) -> None:
-        await self.engine.pause()
-
-    async def resume(self) -> None:
-        await self.engine.resume()
-
-    async def release_memory(self) -> bool:
-        return await self.engine.release_memory()
-
-    async def reacquire_memory(self) -> None:
-        await self.engine.reacquire_memory()
 
 
 # Observers hear ("wake", model, seconds) after each wake and ("waiter", model, 0.0)

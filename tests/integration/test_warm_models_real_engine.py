@@ -24,7 +24,8 @@ from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir
 from engine.protocol import GenerateRequest, SamplingOptions
 from engine.vllm_backend.config import EngineConfig
 from engine.vllm_backend.engine import VLLMEngine
-from engine.warm.pool import ModelPool, ModelState, WarmConfig, WarmModel
+from engine.warm.model import ModelState, WarmConfig, WarmModel
+from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper
 from tests.client import AppClient, app_client
 from tests.family_model import make_family_checkpoint

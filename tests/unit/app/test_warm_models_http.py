@@ -10,7 +10,8 @@ import pytest
 
 from app.settings import Settings
 from engine.scripted import ScriptedEngine
-from engine.warm.pool import ModelPool, ModelState, WarmConfig
+from engine.warm.model import ModelState, WarmConfig
+from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper
 from tests.client import AppClient, app_client
 

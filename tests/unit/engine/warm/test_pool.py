@@ -16,7 +16,8 @@ from engine.errors import ModelStateConflict, ModelWakeFailed
 from engine.protocol import GenerateRequest, ModelHost, SamplingOptions
 from engine.scripted import ScriptedEngine
 from engine.warm.host import PoolHost
-from engine.warm.pool import ModelPool, ModelState, WarmConfig, WarmModel
+from engine.warm.model import ModelState, WarmConfig, WarmModel
+from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper
 
 
