@@ -300,8 +300,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = None
     data_dir: Annotated[
-        str, Flag("where the server keeps its SQLite database and usage spool", section="tenants")
+        str,
+        Flag(
+            "where the server keeps its SQLite database and usage spool (created on first use)",
+            section="tenants",
+        ),
     ] = "~/.local/share/lilac-serve"
+    key_cache_outage_s: Annotated[
+        float,
+        Flag(
+            "seconds a cached key keeps working while the keys database is unreachable; "
+            "then its requests get 503",
+            section="tenants",
+        ),
+    ] = 300.0
     config: Annotated[
         str | None,
         Flag(

@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.settings import Settings
-from app.tenancy.db import DatabaseError, default_url, open_database
+from app.settings_sources import settings_from
+from app.tenancy.db import DatabaseError, ensure_data_dir, open_database
 from app.tenancy.keys import DEFAULT_RPM, KeyLimits, KeyNotFound, KeyRecord, KeyStore
 from app.tenancy.report import FORMATS, GROUPS, parse_time, render, summarize
 from app.tenancy.service import AuthConfigError, auth_mode, database_url, static_keys
@@ -35,8 +36,13 @@ def _models(text: str) -> tuple[str, ...] | None:
 
 
 def _database_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--database-url", help="default: sqlite:/// lilac.db in --data-dir")
-    parser.add_argument("--data-dir", default=Settings().data_dir)
+    # Unset here: `_url` falls back to LILAC_DATABASE_URL / LILAC_DATA_DIR, as `serve` does.
+    parser.add_argument(
+        "--database-url", help="default: sqlite:/// lilac.db in --data-dir [LILAC_DATABASE_URL]"
+    )
+    parser.add_argument(
+        "--data-dir", help=f"default: {Settings().data_dir}, made on first use [LILAC_DATA_DIR]"
+    )
 
 
 def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
@@ -95,7 +101,15 @@ def add_commands(commands: Any) -> None:
 
 
 def _url(args: argparse.Namespace) -> str:
-    return args.database_url or default_url(args.data_dir)
+    """The database of a `keys` or `usage` command: the flags, else the environment, else
+    the defaults, like `serve`. The data directory of the default file is made if missing
+    (an explicit `--database-url` in a missing folder stays an error: likely a typo)."""
+    given = argparse.Namespace(database_url=args.database_url, data_dir=args.data_dir)
+    settings = settings_from(given)
+    url = database_url(settings)
+    if settings.database_url is None:
+        ensure_data_dir(settings.data_dir)
+    return url
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,6 +203,7 @@ def check_serve(settings: Settings) -> str | None:
             if not static_keys(settings):
                 return "--auth static needs --api-key KEY or --api-key-file FILE"
         elif mode == "keys":
+            ensure_data_dir(settings.data_dir)  # the usage spool lives there
             engine = asyncio.run(open_database(database_url(settings), must_exist=True))
             asyncio.run(engine.dispose())
     except (AuthConfigError, DatabaseError) as exc:

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import ModelNotFound, TooManyRequests, to_api_error
 from app.settings import Settings
-from app.tenancy.auth import Authenticator, DatabaseKeys, StaticKeys
+from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, Reservation
@@ -198,12 +198,17 @@ class Tenancy:
             return cls(Authenticator())
         if mode == "static":
             return cls(StaticKeys(static_keys(settings)))
-        return cls.with_database(create_engine(database_url(settings)), spool_path(settings))
+        return cls.with_database(
+            create_engine(database_url(settings)),
+            spool_path(settings),
+            outage_s=settings.key_cache_outage_s,
+        )
 
     @classmethod
-    def with_database(cls, engine: AsyncEngine, spool: Path) -> Tenancy:
+    def with_database(cls, engine: AsyncEngine, spool: Path, outage_s: float = OUTAGE_S) -> Tenancy:
         store = KeyStore(engine)
-        return cls(DatabaseKeys(store), store=store, writer=UsageWriter(engine, spool, store))
+        auth = DatabaseKeys(store, outage_s=outage_s)
+        return cls(auth, store=store, writer=UsageWriter(engine, spool, store))
 
     async def start(self) -> None:
         if self.writer is not None:
