@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app
 from app.settings import Settings
+from app.tenancy.auth import OUTAGE_S
 from app.tenancy.keys import KeyLimits
 from app.tenancy.schema import usage
 from app.tenancy.service import Tenancy
@@ -33,9 +34,12 @@ def bearer(secret: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def keyed_app(
-    database: AsyncEngine, spool: Path, engine: ScriptedEngine | None = None
+    database: AsyncEngine,
+    spool: Path,
+    engine: ScriptedEngine | None = None,
+    outage_s: float = OUTAGE_S,
 ) -> AsyncIterator[tuple[AppClient, Tenancy]]:
-    tenancy = Tenancy.with_database(database, spool)
+    tenancy = Tenancy.with_database(database, spool, outage_s=outage_s)
     app = create_app(
         Settings(admin_key=ADMIN_KEY, auth="keys"),
         engine=engine or ScriptedEngine(),
