@@ -96,7 +96,8 @@ def render(rows: list[dict[str, Any]], by: str, form: str) -> str:
         writer.writerows(rows)
         return buffer.getvalue().rstrip("\n")
     cells = [[str(row[c]) for c in header] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    # A list, not unpacked arguments: with no rows yet, max() gets the header alone.
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(lines)
