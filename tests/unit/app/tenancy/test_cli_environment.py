@@ -50,14 +50,16 @@ def test_every_command_reads_the_data_directory_from_the_environment(tmp_path: P
     assert " env-key " in lilac(env, "keys", "list").stdout
     assert lilac(env, "usage", "--format", "json").returncode == 0
     # A flag wins over the environment.
-    assert lilac(env, "keys", "create", "--name", "flag-key", "--data-dir", str(other)).returncode == 0
+    flagged = lilac(env, "keys", "create", "--name", "flag-key", "--data-dir", str(other))
+    assert flagged.returncode == 0
     assert " flag-key " not in lilac(env, "keys", "list").stdout
     # LILAC_DATABASE_URL names the database itself.
     by_url = empty_home_env(home, LILAC_DATABASE_URL=f"sqlite:///{other}/lilac.db")
     assert " flag-key " in lilac(by_url, "keys", "list").stdout
     # `serve --auth keys` finds the keys the same way (it stops at the check, exit 2,
     # only when the database is missing).
-    missing = lilac(empty_home_env(home, LILAC_DATA_DIR=str(tmp_path / "none")), "serve", "--auth", "keys")
+    nowhere = empty_home_env(home, LILAC_DATA_DIR=str(tmp_path / "none"))
+    missing = lilac(nowhere, "serve", "--auth", "keys")
     assert missing.returncode == 2 and "no keys database" in missing.stderr
 
 

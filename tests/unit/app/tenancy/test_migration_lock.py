@@ -52,7 +52,9 @@ async def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 async def test_four_replicas_starting_at_once_all_come_up(fresh_url: str) -> None:
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(REPLICAS)
-    replicas = [context.Process(target=_replica, args=(fresh_url, barrier)) for _ in range(REPLICAS)]
+    replicas = [
+        context.Process(target=_replica, args=(fresh_url, barrier)) for _ in range(REPLICAS)
+    ]
     for replica in replicas:
         replica.start()
     for replica in replicas:

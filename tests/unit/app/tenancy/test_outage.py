@@ -36,7 +36,8 @@ async def test_cached_keys_are_trusted_for_a_bounded_time(tmp_path: Path) -> Non
             _, good = await new_key(tenancy)
             revoked_id, revoked = await new_key(tenancy)
             for secret in (good, revoked):
-                assert (await http.post(URL, json=chat(), headers=bearer(secret))).status_code == 200
+                seen = await http.post(URL, json=chat(), headers=bearer(secret))
+                assert seen.status_code == 200
             confirmed = time.monotonic()
             replica = create_engine(pg.url())  # another replica revokes, nobody tells us
             await KeyStore(replica).revoke(revoked_id)
