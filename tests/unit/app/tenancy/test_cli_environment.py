@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from app.cli import main
+
 LILAC = str(Path(sys.executable).with_name("lilac-serve"))
 
 
@@ -40,27 +44,38 @@ def test_the_first_key_on_a_fresh_machine_makes_the_data_directory(tmp_path: Pat
     assert report.returncode == 0, report.stderr
 
 
-def test_every_command_reads_the_data_directory_from_the_environment(tmp_path: Path) -> None:
+def test_every_command_reads_the_data_directory_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In-process (the commands as `main` runs them), with the environment replaced."""
     home, data, other = tmp_path / "home", tmp_path / "a" / "b", tmp_path / "flag"
     home.mkdir()
-    env = empty_home_env(home, LILAC_DATA_DIR=str(data))
-    assert lilac(env, "keys", "create", "--name", "env-key").returncode == 0
+    for name in [k for k in os.environ if k.startswith("LILAC_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("LILAC_DATA_DIR", str(data))
+
+    def listed() -> str:
+        assert main(["keys", "list"]) == 0
+        return capsys.readouterr().out
+
+    assert main(["keys", "create", "--name", "env-key"]) == 0
     assert (data / "lilac.db").is_file()
     assert not (home / ".local").exists()
-    assert " env-key " in lilac(env, "keys", "list").stdout
-    assert lilac(env, "usage", "--format", "json").returncode == 0
+    assert " env-key " in listed()
+    assert main(["usage", "--format", "json"]) == 0
     # A flag wins over the environment.
-    flagged = lilac(env, "keys", "create", "--name", "flag-key", "--data-dir", str(other))
-    assert flagged.returncode == 0
-    assert " flag-key " not in lilac(env, "keys", "list").stdout
+    assert main(["keys", "create", "--name", "flag-key", "--data-dir", str(other)]) == 0
+    assert " flag-key " not in listed()
     # LILAC_DATABASE_URL names the database itself.
-    by_url = empty_home_env(home, LILAC_DATABASE_URL=f"sqlite:///{other}/lilac.db")
-    assert " flag-key " in lilac(by_url, "keys", "list").stdout
-    # `serve --auth keys` finds the keys the same way (it stops at the check, exit 2,
-    # only when the database is missing).
-    nowhere = empty_home_env(home, LILAC_DATA_DIR=str(tmp_path / "none"))
-    missing = lilac(nowhere, "serve", "--auth", "keys")
-    assert missing.returncode == 2 and "no keys database" in missing.stderr
+    monkeypatch.setenv("LILAC_DATABASE_URL", f"sqlite:///{other}/lilac.db")
+    assert " flag-key " in listed()
+    # `serve --auth keys` finds the keys the same way: exit 2 only when they are missing.
+    monkeypatch.delenv("LILAC_DATABASE_URL")
+    monkeypatch.setenv("LILAC_DATA_DIR", str(tmp_path / "none"))
+    capsys.readouterr()
+    assert main(["serve", "--auth", "keys"]) == 2
+    assert "no keys database" in capsys.readouterr().err
 
 
 def test_an_explicit_database_in_a_missing_folder_is_still_an_error(tmp_path: Path) -> None:
