@@ -46,12 +46,13 @@ def assert_linear(
     n: int,
     max_n: int | None = None,
     max_ratio: float = MAX_RATIO,
+    attempts: int = ATTEMPTS,
 ) -> None:
-    """Fails when t(8n)/t(n) is `max_ratio` or more in each of `ATTEMPTS` measurements:
+    """Fails when t(8n)/t(n) is `max_ratio` or more in each of `attempts` measurements:
     a busy machine may spoil one (cache and memory bandwidth are shared), while
     superlinear work fails every time."""
     message = ""
-    for _ in range(ATTEMPTS):
+    for _ in range(attempts):
         used, times = growth(run, make, n, max_n)
         ratio = times[3] / max(times[0], 1e-9)
         if ratio < max_ratio:
