@@ -39,8 +39,9 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
 
 def is_public(address: IPAddress) -> bool:
     """A globally routable unicast address: not private, loopback, link-local,
-    site-local, documentation, shared, reserved, multicast or unspecified, and not carrying an IPv4 address that is not
-    (an IPv6 address wrapping one is judged as it and as itself)."""
+    site-local, documentation, shared, reserved, multicast or unspecified, and not
+    carrying an IPv4 address that is not (an IPv6 address wrapping one is judged as it
+    and as itself)."""
     if isinstance(address, ipaddress.IPv6Address):
         inner = embedded_ipv4(address)
         if inner is not None:
@@ -51,8 +52,6 @@ def is_public(address: IPAddress) -> bool:
 
 
 def _plainly_public(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and any(
-        address in net for net in _NOT_GLOBAL_V6
-    ):
+    if isinstance(address, ipaddress.IPv6Address) and any(address in net for net in _NOT_GLOBAL_V6):
         return False
     return address.is_global and not (address.is_multicast or address.is_reserved)

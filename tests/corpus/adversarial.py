@@ -219,7 +219,9 @@ def wrapped_data_uri(n: int) -> str:
 
 def bomb_data_uri(n: int) -> str:
     """A PNG header claiming 60,000 x 60,000 pixels, padded to about n bytes."""
-    return "data:image/png;base64," + base64.b64encode(png_header(60_000, 60_000) + b"\0" * n).decode()
+    return (
+        "data:image/png;base64," + base64.b64encode(png_header(60_000, 60_000) + b"\0" * n).decode()
+    )
 
 
 def image_parts(n: int) -> list[dict[str, Any]]:
@@ -256,12 +258,18 @@ def stall_bodies() -> dict[str, tuple[str, bytes]]:
             with_raw_field(chat, brackets_in_strings(n // 4)),
         ),
         "1 MB number": ("/v1/chat/completions", with_raw_field(chat, huge_number(n))),
-        "1 MB of \\u escapes": ("/v1/chat/completions", with_raw_field(chat, unicode_escapes(n // 6))),
+        "1 MB of \\u escapes": (
+            "/v1/chat/completions",
+            with_raw_field(chat, unicode_escapes(n // 6)),
+        ),
         "1 MB of lone surrogates": (
             "/v1/chat/completions",
             with_raw_field(chat, lone_surrogates(n // 6)),
         ),
-        "10,000 messages (chat)": ("/v1/chat/completions", encoded(chat_body(many_messages(10_000)))),
+        "10,000 messages (chat)": (
+            "/v1/chat/completions",
+            encoded(chat_body(many_messages(10_000))),
+        ),
         "10,000 messages (tokenize)": (
             "/tokenize",
             encoded({"model": MODEL, "messages": many_messages(10_000)}),
@@ -303,7 +311,12 @@ def stall_bodies() -> dict[str, tuple[str, bytes]]:
                     [
                         {
                             "role": "user",
-                            "content": [{"type": "image_url", "image_url": {"url": wrapped_data_uri(n * 3 // 5)}}],
+                            "content": [
+                                {
+                                    "type": "image_url",
+                                    "image_url": {"url": wrapped_data_uri(n * 3 // 5)},
+                                }
+                            ],
                         }
                     ]
                 )
