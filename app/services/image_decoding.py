@@ -66,8 +66,9 @@ def decode_data_uri(ref: ImageRef, max_bytes: int) -> bytes:
             ref, f"the data URI's media type `{media_type}` is not an image.", "invalid_image"
         )
     try:
-        # Line breaks some encoders insert go first: one pass at memory speed (a split
-        # into pieces would build a string per line, holding the GIL for each).
+        # Line breaks some encoders insert go first, in one pass at memory speed: a split
+        # builds a string per line, several times slower, all in one call that holds
+        # the GIL (tens of milliseconds for a 10 MB body).
         encoded = payload.encode("ascii").translate(None, _WHITESPACE)
     except UnicodeEncodeError:
         raise ImageError(ref, "the data URI is not valid base64.", "invalid_image") from None
