@@ -223,7 +223,12 @@ def cases_of(shapes: str, match: str | None) -> dict[str, tuple[str, Body]]:
         cases.update(worst_requests())
     if shapes in ("corpus", "all"):
         cases.update(stall_bodies())
-    return {name: case for name, case in cases.items() if match is None or match in name}
+    wanted = match.split("|") if match else None
+    return {
+        name: case
+        for name, case in cases.items()
+        if wanted is None or any(part in name for part in wanted)
+    }
 
 
 async def run(
@@ -275,7 +280,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--base-url", help="measure a running server instead of starting one")
     parser.add_argument("--shapes", choices=("bounds", "corpus", "all"), default="bounds")
-    parser.add_argument("--match", help="only the requests whose name contains this text")
+    parser.add_argument(
+        "--match", help="only the requests whose name contains one of these texts (a|b)"
+    )
     args = parser.parse_args()
     base_url = args.base_url or f"http://127.0.0.1:{args.port}"
     server = None
