@@ -15,7 +15,7 @@ from typing import Any
 
 MAX_RATIO = 16.0
 MIN_SECONDS = 0.002
-REPEATS = 5
+REPEATS = 3
 ATTEMPTS = 2
 # Inputs stop growing here (work that stays under MIN_SECONDS is bounded, not linear).
 MAX_N = 1 << 21
