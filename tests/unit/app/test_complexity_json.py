@@ -123,7 +123,8 @@ def test_the_attack_body_is_refused_as_too_deep() -> None:
     ],
 )
 def test_json_depth_is_exact(raw: bytes, depth: int) -> None:
-    assert json_depth(raw) == depth
+    for chunk in (1, 2, 3, 64 * 1024):  # state carried across chunk borders
+        assert json_depth(raw, chunk) == depth
 
 
 def test_json_depth_is_exact_over_every_prefix_of_a_valid_document() -> None:
@@ -160,10 +161,12 @@ def test_json_depth_is_exact_over_every_prefix_of_a_valid_document() -> None:
                 depth -= 1
         return deepest
 
-    for _ in range(300):
+    for _ in range(200):
         doc = json.dumps(value(0), ensure_ascii=rng.random() < 0.5).encode()
         for cut in range(0, len(doc) + 1, max(1, len(doc) // 16)):
-            assert json_depth(doc[:cut]) == walk(doc[:cut]), doc[:cut]
+            expected = walk(doc[:cut])
+            for chunk in (1, 3, 64 * 1024):
+                assert json_depth(doc[:cut], chunk) == expected, (doc[:cut], chunk)
 
 
 def test_tool_arguments_that_nest_too_deep_stay_text() -> None:
