@@ -10,6 +10,7 @@ the other routes get what they need by dependency injection."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -312,6 +313,12 @@ async def _start_engine(host: PoolHost) -> None:
         await host.start()
         names = [name for model in host.pool.models for name in model.model.served_names]
         log.info("engine ready: serving %s", ", ".join(names))
+        # What start-up built (modules, the engine, the tokenizer) lives as long as the
+        # server: out of the collector's reach, a full collection (triggered by any
+        # request that allocates much, on whichever thread) scans only what requests
+        # made, and no longer holds the GIL and the event loop for tens of milliseconds.
+        gc.collect()
+        gc.freeze()
     except Exception as exc:
         # A server that cannot load its model must not linger half-alive. The cause in
         # one line (vLLM wraps it: the innermost error says what went wrong); the

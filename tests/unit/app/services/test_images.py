@@ -274,6 +274,8 @@ async def test_too_many_redirects() -> None:
         "http://[fe80::1]/a.png",
         "http://[fd00::1]/a.png",
         "http://[::ffff:127.0.0.1]/a.png",
+        "http://[fec0::1]/a.png",
+        "http://[3fff::1]/a.png",
     ],
 )
 async def test_private_addresses_refused_by_default(url: str) -> None:
