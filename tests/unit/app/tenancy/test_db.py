@@ -19,7 +19,7 @@ async def test_migrating_again_is_a_no_op(database: AsyncEngine) -> None:
     await migrate(database)
     async with database.connect() as conn:
         revision = (await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).one()
-    assert revision == ("0001",)
+    assert revision == ("0002",)
 
 
 async def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:

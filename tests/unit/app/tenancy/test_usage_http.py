@@ -21,6 +21,7 @@ from tests.unit.app.tenancy.helpers import (
     chat,
     keyed_app,
     new_key,
+    refusal_counts,
     usage_rows,
 )
 
@@ -81,7 +82,10 @@ async def test_over_the_limit_is_a_429_with_retry_after(
         assert (await http.post(URL, json=chat(), headers=bearer(zero))).status_code == 429
         await tenancy.writer.close()  # type: ignore[union-attr]  # rejections are not awaited
         rows = await usage_rows(database)
-    assert [r.outcome for r in rows] == ["completed", "completed", "rejected", "rejected"]
+        refused = await refusal_counts(database)
+    assert [r.outcome for r in rows] == ["completed", "completed"]  # refusals are counts
+    assert sum(refused.values()) == 2
+    assert {reason for _, reason in refused} == {"rate_limit_exceeded"}
 
 
 async def test_concurrent_requests_per_key(database: AsyncEngine, tmp_path: Path) -> None:
