@@ -156,14 +156,25 @@ async def test_admin_keys_and_usage_routes(database: AsyncEngine, tmp_path: Path
     async with keyed_app(database, tmp_path / "spool") as (http, _):
         admin = bearer(ADMIN_KEY)
         assert (await http.get("/admin/keys")).status_code == 401
-        made = await http.post("/admin/keys", json={"name": "dora", "rpm": 5}, headers=admin)
+        body = {"name": "dora", "rpm": 5, "cache_group": "team-a"}
+        made = await http.post("/admin/keys", json=body, headers=admin)
         assert made.status_code == 201
         key = made.json()
         assert key["key"].startswith("lilac-sk-") and key["rpm"] == 5
+        assert key["cache_group"] == "team-a"
         listed = (await http.get("/admin/keys", headers=admin)).json()["data"]
         assert [k["id"] for k in listed] == [key["id"]] and "key" not in listed[0]
         changed = await http.patch(f"/admin/keys/{key['id']}", json={"tpm": 50}, headers=admin)
         assert changed.json()["tpm"] == 50 and changed.json()["rpm"] == 5
+        assert changed.json()["cache_group"] == "team-a"
+        ungrouped = await http.patch(
+            f"/admin/keys/{key['id']}", json={"cache_group": None}, headers=admin
+        )
+        assert ungrouped.json()["cache_group"] is None
+        too_long = await http.patch(
+            f"/admin/keys/{key['id']}", json={"cache_group": "g" * 65}, headers=admin
+        )
+        assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "cache_group"
         bad = await http.patch(f"/admin/keys/{key['id']}", json={"rpm": -1}, headers=admin)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "rpm"
         missing = await http.delete("/admin/keys/key_nope", headers=admin)
