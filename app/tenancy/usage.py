@@ -40,6 +40,7 @@ from typing import Any
 from sqlalchemy import insert, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.keys import KeyStore
@@ -172,7 +173,7 @@ class UsageWriter:
         try:
             await self._insert(records)
         except Exception as exc:
-            if not await self._database_answers():
+            if not await self._answers_despite(exc):
                 self._mark(False, exc)
                 return records
             return await self._row_by_row(records)
@@ -183,21 +184,38 @@ class UsageWriter:
 
     async def _row_by_row(self, records: list[UsageRecord]) -> list[UsageRecord]:
         for position, record in enumerate(records):
-            try:
-                await self._insert([record])
-            except Exception as exc:
-                if not await self._database_answers():
-                    self._mark(False, exc)
-                    return records[position:]
-                await self._set_aside(record, exc)
-                continue
-            self.written += 1
+            if not await self._write_alone(record):
+                return records[position:]
         self._mark(True)
         await self._touch(records)
         return []
 
-    async def _database_answers(self) -> bool:
-        """Whether a failure was the database's (down) or the rows' (it answers)."""
+    async def _write_alone(self, record: UsageRecord) -> bool:
+        """Written or set aside (True), or the database is down (False). A failure of
+        unknown cause is tried once more before the record is set aside: a transient
+        error (a lock, a timeout) must not make a billable row a dead letter."""
+        for attempt in (1, 2):
+            try:
+                await self._insert([record])
+            except Exception as exc:
+                if not await self._answers_despite(exc):
+                    self._mark(False, exc)
+                    return False
+                if attempt == 2 or _fault(exc) == "row":
+                    await self._set_aside(record, exc)
+                    return True
+                continue
+            self.written += 1
+            return True
+        return True  # not reached: the second attempt returns
+
+    async def _answers_despite(self, exc: BaseException) -> bool:
+        """Whether the database answers after `exc`: a failure of the rows, not of the
+        database. Known causes are taken at their word; otherwise the database is
+        asked (`SELECT 1`)."""
+        fault = _fault(exc)
+        if fault is not None:
+            return fault == "row"
         try:
             async with self.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
@@ -274,7 +292,8 @@ class UsageWriter:
         unwritten = await self._commit(records) if records else []
         # Only this task appends to the spool: what is left is exactly `unwritten`.
         if unwritten:
-            self._rewrite_spool(unwritten)
+            if len(unwritten) < len(lines):  # else the file already holds just these
+                self._rewrite_spool(unwritten)
             return
         self.spool.unlink()
         if records:
@@ -335,6 +354,17 @@ def _parse(line: str) -> UsageRecord | None:
         return UsageRecord(**json.loads(line))
     except (ValueError, TypeError):
         return None
+
+
+def _fault(exc: BaseException) -> str | None:
+    """Whose failure `exc` is: `row` (a value the database will not store), `database`
+    (it cannot be reached or is busy), or None (unknown: PostgreSQL's driver reports a
+    too-long string and a lost connection alike)."""
+    if isinstance(exc, IntegrityError | DataError | TypeError | ValueError | OverflowError):
+        return "row"
+    if isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
+        return "database"  # SQLite's "database is locked" too: retried from the spool
+    return None
 
 
 def _reason(exc: BaseException) -> str:

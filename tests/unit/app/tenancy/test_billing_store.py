@@ -249,3 +249,28 @@ def _asdict(item: UsageRecord) -> dict[str, object]:
     import dataclasses
 
     return dataclasses.asdict(item)
+
+
+async def test_a_locked_database_spools_rows_and_sets_none_aside(tmp_path: Path) -> None:
+    """A busy database (SQLite locked by another writer) is the database's failure, not
+    the rows': they wait in the spool and are written once it is free."""
+    import sqlite3
+
+    from app.tenancy.db import create_engine, open_database
+
+    path = tmp_path / "lilac.db"
+    await (await open_database(f"sqlite:///{path}")).dispose()
+    engine = create_engine(f"sqlite:///{path}", busy_timeout_ms=50)
+    writer = UsageWriter(engine, tmp_path / "usage-spool.jsonl")
+    holder = sqlite3.connect(path)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        await asyncio.gather(*(writer.write(record(f"l-{i}")) for i in range(3)))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert writer.dead_lettered == 0 and writer.spooled == 3
+    await writer.close()
+    assert sorted(r.request_id for r in await usage_rows(engine)) == ["l-0", "l-1", "l-2"]
+    assert not writer.spool.exists()
+    await engine.dispose()
