@@ -147,7 +147,10 @@ class UsageWriter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), RETRY_S)
             self._wake.clear()
-            await self._flush()
+            try:
+                await self._flush()
+            except Exception:  # the local disk failed too: say so loudly, keep the writer
+                log.exception("usage: cannot write usage records to the database or disk")
 
     async def _flush(self) -> None:
         if self.spool.exists() and self.spool.stat().st_size:

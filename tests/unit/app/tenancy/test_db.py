@@ -135,3 +135,22 @@ async def test_a_database_at_the_first_revision_keeps_its_rows(database: AsyncEn
         group = (await conn.exec_driver_sql("SELECT cache_group FROM api_keys")).scalar()
         refusals = (await conn.exec_driver_sql("SELECT count(*) FROM usage_refusals")).scalar()
     assert tuple(row) == ("old", None) and group is None and refusals == 0
+
+
+async def test_the_migrations_build_exactly_the_tables_the_code_uses(
+    database: AsyncEngine,
+) -> None:
+    """Alembic's autogenerate finds nothing to change between the migrated database and
+    app.tenancy.schema (columns, types, indexes, constraints)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy.engine import Connection
+
+    from app.tenancy.schema import metadata
+
+    def differences(connection: Connection) -> list[object]:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        return list(compare_metadata(context, metadata))
+
+    async with database.connect() as conn:
+        assert await conn.run_sync(differences) == []
