@@ -16,6 +16,7 @@ from litestar.exceptions import HTTPException
 
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
+from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong
 from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import (
     EngineError,
@@ -170,6 +171,8 @@ def to_api_error(exc: Exception) -> APIError:
         return exc
     if isinstance(exc, msgspec.DecodeError):
         return invalid_request_from_decode_error(exc)
+    if isinstance(exc, ModelNameTooLong):
+        return ModelNotFound(exc.model[:MAX_MODEL_CHARS] + "...")
     if isinstance(exc, EngineRequestError):
         return InvalidRequest(exc.message, param=exc.param, code=exc.code)
     if isinstance(exc, AdmissionRejected):

@@ -28,7 +28,7 @@ from app.errors import exception_handlers
 from app.loop_lag import LoopLagMonitor
 from app.model_specs import engine_settings, model_specs
 from app.observability import context, logs
-from app.observability.metrics import ServerMetrics
+from app.observability.metrics import ServerMetrics, UsageWriterCollector
 from app.observability.middleware import RequestObserver
 from app.observability.warm_metrics import WarmMetrics
 from app.openapi import openapi_json
@@ -160,6 +160,8 @@ def create_app(
     WarmMetrics(server_metrics.registry, models)
     loop_lag = LoopLagMonitor(server_metrics.registry)
     tenancy = tenancy or Tenancy.from_settings(settings)
+    if tenancy.writer is not None:
+        server_metrics.registry.register(UsageWriterCollector(tenancy.writer))
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:

@@ -14,8 +14,23 @@ from typing import Any
 from app.settings import Settings
 from app.settings_sources import settings_from
 from app.tenancy.db import DatabaseError, ensure_data_dir, open_database
-from app.tenancy.keys import DEFAULT_RPM, KeyLimits, KeyNotFound, KeyRecord, KeyStore
-from app.tenancy.report import FORMATS, GROUPS, parse_time, render, summarize
+from app.tenancy.keys import (
+    CACHE_GROUP_CHARS,
+    DEFAULT_RPM,
+    KeyLimits,
+    KeyNotFound,
+    KeyRecord,
+    KeyStore,
+)
+from app.tenancy.report import (
+    FORMATS,
+    GROUPS,
+    parse_time,
+    refusal_reasons,
+    render,
+    render_reasons,
+    summarize,
+)
 from app.tenancy.service import AuthConfigError, auth_mode, database_url, static_keys
 
 
@@ -33,6 +48,14 @@ def _models(text: str) -> tuple[str, ...] | None:
     if text.lower() in ("", "all", "none"):
         return None
     return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _cache_group(text: str) -> str | None:
+    if text.lower() in ("", "none"):
+        return None
+    if len(text) > CACHE_GROUP_CHARS:
+        raise argparse.ArgumentTypeError(f"a cache group is at most {CACHE_GROUP_CHARS} characters")
+    return text
 
 
 def _database_flags(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +96,12 @@ def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
         type=_models,
         default=None if defaults else argparse.SUPPRESS,
         help="comma-separated served names the key may use (default all)",
+    )
+    parser.add_argument(
+        "--cache-group",
+        type=_cache_group,
+        default=None if defaults else argparse.SUPPRESS,
+        help="keys of one group share the prefix cache (default: the key's own; none: clear)",
     )
 
 
@@ -164,7 +193,7 @@ async def _keys(args: argparse.Namespace) -> None:
     try:
         if args.action == "create":
             limits = KeyLimits(args.rpm, args.tpm, args.max_concurrent, args.priority, args.models)
-            record, secret = await store.create(args.name, limits)
+            record, secret = await store.create(args.name, limits, cache_group=args.cache_group)
             print(f"created {record.id} ({record.name}); the key, shown only now:", file=sys.stderr)
             print(secret)
         elif args.action == "list":
@@ -179,7 +208,8 @@ async def _keys(args: argparse.Namespace) -> None:
         else:
             fields = ("rpm", "tpm", "max_concurrent", "priority", "models")
             changes = {f: getattr(args, f) for f in fields if hasattr(args, f)}
-            record = await store.update(args.id, changes)
+            group = {"cache_group": args.cache_group} if hasattr(args, "cache_group") else {}
+            record = await store.update(args.id, changes, **group)
             print(json.dumps(record.public()))
     finally:
         await engine.dispose()
@@ -187,11 +217,15 @@ async def _keys(args: argparse.Namespace) -> None:
 
 async def _usage(args: argparse.Namespace) -> None:
     engine = await open_database(_url(args))
+    since, until = parse_time(args.since), parse_time(args.until)
     try:
-        rows = await summarize(engine, args.by, parse_time(args.since), parse_time(args.until))
+        rows = await summarize(engine, args.by, since, until)
+        reasons = await refusal_reasons(engine, since, until)
     finally:
         await engine.dispose()
     print(render(rows, args.by, args.format))
+    if args.format == "table" and reasons:
+        print(render_reasons(reasons))
 
 
 def check_serve(settings: Settings) -> str | None:

@@ -18,6 +18,7 @@ from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import ModelNotFound, TooManyRequests, to_api_error
+from app.observability import context
 from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.db import create_engine, default_url, sqlite_path
@@ -94,11 +95,32 @@ def outcome_of(exc: BaseException) -> str:
     return "error"
 
 
+def refusal_reason(exc: BaseException) -> str:
+    """The error code a refused request's client got (`rate_limit_exceeded`,
+    `queue_full`, `model_not_found`, ...): the reason its refusal is counted under."""
+    if isinstance(exc, RateLimited):
+        return "rate_limit_exceeded"
+    if isinstance(exc, Exception):
+        error = to_api_error(exc)
+        return error.code or error.error_type
+    return "cancelled"
+
+
+def is_refusal(record: UsageRecord) -> bool:
+    """Refused before anything was generated or read: a count, not a usage row."""
+    return (
+        record.outcome in ("rejected", "drained")
+        and record.prompt_tokens == 0
+        and record.completion_tokens == 0
+    )
+
+
 class RequestMeter:
     """One generation request's usage: read from its `generation` (the skeleton's
     counters) when it ends, settled against the key's limits, and written."""
 
     __slots__ = (
+        "client_request_id",
         "endpoint",
         "generation",
         "key",
@@ -118,6 +140,8 @@ class RequestMeter:
         self.model = model
         self.n = n
         self.request_id = uuid.uuid4().hex
+        http = context.current()
+        self.client_request_id = http.client_request_id if http is not None else None
         self.reservation: Reservation | None = None
         self.generation: Any = None
         self.started = time.monotonic()
@@ -150,6 +174,7 @@ class RequestMeter:
             ttft_ms=ttft_ms,
             duration_ms=(time.monotonic() - self.started) * 1000,
             created_at=self.wall_start,
+            client_request_id=self.client_request_id,
         )
 
     def _settle(self, record: UsageRecord) -> bool:
@@ -163,14 +188,20 @@ class RequestMeter:
         """The request ended (`exc` None: completed). Returns once the record is durable."""
         record = self.record("completed" if exc is None else outcome_of(exc))
         if self._settle(record) and self.tenancy.writer is not None:
-            await self.tenancy.writer.write(record)
+            if exc is not None and is_refusal(record):
+                self.tenancy.writer.refuse(self.key.id, refusal_reason(exc), record.created_at)
+            else:
+                await self.tenancy.writer.write(record)
 
     def abandon(self, exc: BaseException) -> None:
         """The request ended without anyone waiting (cancelled, or failed before its
-        response): the record is queued, not awaited."""
+        response): the record is queued, not awaited; a refusal is only counted."""
         record = self.record(outcome_of(exc))
         if self._settle(record) and self.tenancy.writer is not None:
-            self.tenancy.writer.submit(record)
+            if is_refusal(record):
+                self.tenancy.writer.refuse(self.key.id, refusal_reason(exc), record.created_at)
+            else:
+                self.tenancy.writer.submit(record)
 
 
 class Tenancy:
@@ -225,13 +256,15 @@ class Tenancy:
         """Check the key may use `model` and is within its limits; the meter of the
         request. Raises the API errors a client gets (404, 429)."""
         if not key.limits.allows_model(model):
+            if self.writer is not None:
+                self.writer.refuse(key.id, "model_not_found", time.time())
             raise ModelNotFound(model)
         meter = RequestMeter(self, key, endpoint, model, n)
         try:
             meter.reservation = self.limiter.admit(key.id, key.limits, reserve_tokens)
         except RateLimited as exc:
-            if self.writer is not None:
-                self.writer.submit(meter.record("rejected"))
+            if self.writer is not None:  # a count per key, minute and reason; not a row
+                self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
         return meter
 

@@ -14,7 +14,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S
 from app.tenancy.keys import KeyLimits
-from app.tenancy.schema import usage
+from app.tenancy.schema import usage, usage_dead_letter, usage_refusals
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from tests.client import AppClient
@@ -60,3 +60,20 @@ async def new_key(tenancy: Tenancy, **limits: Any) -> tuple[str, str]:
 async def usage_rows(database: AsyncEngine) -> list[Any]:
     async with database.connect() as conn:
         return list(await conn.execute(select(usage).order_by(usage.c.id)))
+
+
+async def refusal_counts(database: AsyncEngine) -> dict[tuple[str, str], int]:
+    """Refused requests per (key id, reason), over all minutes."""
+    table = usage_refusals
+    async with database.connect() as conn:
+        rows = await conn.execute(select(table.c.key_id, table.c.reason, table.c.count))
+        out: dict[tuple[str, str], int] = {}
+        for key_id, reason, count in rows:
+            out[(key_id, reason)] = out.get((key_id, reason), 0) + count
+        return out
+
+
+async def dead_letters(database: AsyncEngine) -> list[Any]:
+    async with database.connect() as conn:
+        statement = select(usage_dead_letter).order_by(usage_dead_letter.c.id)
+        return list(await conn.execute(statement))

@@ -21,6 +21,7 @@ from tests.unit.app.tenancy.helpers import (
     chat,
     keyed_app,
     new_key,
+    refusal_counts,
     usage_rows,
 )
 
@@ -81,7 +82,10 @@ async def test_over_the_limit_is_a_429_with_retry_after(
         assert (await http.post(URL, json=chat(), headers=bearer(zero))).status_code == 429
         await tenancy.writer.close()  # type: ignore[union-attr]  # rejections are not awaited
         rows = await usage_rows(database)
-    assert [r.outcome for r in rows] == ["completed", "completed", "rejected", "rejected"]
+        refused = await refusal_counts(database)
+    assert [r.outcome for r in rows] == ["completed", "completed"]  # refusals are counts
+    assert sum(refused.values()) == 2
+    assert {reason for _, reason in refused} == {"rate_limit_exceeded"}
 
 
 async def test_concurrent_requests_per_key(database: AsyncEngine, tmp_path: Path) -> None:
@@ -152,14 +156,25 @@ async def test_admin_keys_and_usage_routes(database: AsyncEngine, tmp_path: Path
     async with keyed_app(database, tmp_path / "spool") as (http, _):
         admin = bearer(ADMIN_KEY)
         assert (await http.get("/admin/keys")).status_code == 401
-        made = await http.post("/admin/keys", json={"name": "dora", "rpm": 5}, headers=admin)
+        body = {"name": "dora", "rpm": 5, "cache_group": "team-a"}
+        made = await http.post("/admin/keys", json=body, headers=admin)
         assert made.status_code == 201
         key = made.json()
         assert key["key"].startswith("lilac-sk-") and key["rpm"] == 5
+        assert key["cache_group"] == "team-a"
         listed = (await http.get("/admin/keys", headers=admin)).json()["data"]
         assert [k["id"] for k in listed] == [key["id"]] and "key" not in listed[0]
         changed = await http.patch(f"/admin/keys/{key['id']}", json={"tpm": 50}, headers=admin)
         assert changed.json()["tpm"] == 50 and changed.json()["rpm"] == 5
+        assert changed.json()["cache_group"] == "team-a"
+        ungrouped = await http.patch(
+            f"/admin/keys/{key['id']}", json={"cache_group": None}, headers=admin
+        )
+        assert ungrouped.json()["cache_group"] is None
+        too_long = await http.patch(
+            f"/admin/keys/{key['id']}", json={"cache_group": "g" * 65}, headers=admin
+        )
+        assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "cache_group"
         bad = await http.patch(f"/admin/keys/{key['id']}", json={"rpm": -1}, headers=admin)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "rpm"
         missing = await http.delete("/admin/keys/key_nope", headers=admin)
