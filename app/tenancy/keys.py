@@ -61,6 +61,8 @@ class KeyRecord:
     limits: KeyLimits = field(default_factory=KeyLimits)
     last_used_at: float | None = None
     revoked_at: float | None = None
+    # Keys of one group share the engine's prefix cache; None: the key's cache is its own.
+    cache_group: str | None = None
 
     @property
     def revoked(self) -> bool:
