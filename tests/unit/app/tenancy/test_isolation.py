@@ -1,7 +1,8 @@
 """Tenants kept apart in the shared engine, over HTTP with `--auth keys` (scripted
 engine, real keys database): each key's prefix-cache salt, a client's own salt only
 narrowing its key's scope, keys of one cache group sharing, and /tokenize and
-/detokenize under the key's model list and requests per minute."""
+/detokenize under the key's model list and requests per minute, and one key's images
+in flight leaving room for another's."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import KeyRecord
 from engine.scripted import ScriptedEngine
 from tests.client import app_client
+from tests.images import data_uri, png
 from tests.unit.app.tenancy.helpers import (
     URL,
     GroupedKeys,
@@ -145,3 +147,21 @@ async def test_tokenize_and_detokenize_count_toward_the_keys_rpm(
         fine = await http.post("/tokenize", json=tokenize, headers=bearer(other))
         assert fine.status_code == 200
         assert fine.headers["x-ratelimit-remaining-requests"] == "2"
+
+
+async def test_one_keys_images_in_flight_leave_room_for_anothers(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    engine = ScriptedEngine(supports_vision=True)
+    async with keyed_app(database, tmp_path / "spool", engine) as (http, tenancy):
+        (a, secret_a), (_, secret_b) = [await new_key(tenancy) for _ in range(2)]
+        budget = http.app.dependencies["chat"].dependency()._images.budget
+        budget.take(budget.share(f"key:{a}"), f"key:{a}")  # a's large images, in flight
+        part = {"type": "image_url", "image_url": {"url": data_uri(png((32, 32), "red"))}}
+        with_image = chat(messages=[{"role": "user", "content": [part]}])
+        refused = await http.post(URL, json=with_image, headers=bearer(secret_a))
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "image_share_exceeded"
+        served = await http.post(URL, json=with_image, headers=bearer(secret_b))
+        assert served.status_code == 200, served.text
+        assert len(engine.requests) == 1 and len(engine.requests[0].images) == 1
