@@ -24,6 +24,7 @@ from engine.errors import (
     EngineUnavailable,
     ModelStateConflict,
     ModelWakeFailed,
+    WakeLimited,
 )
 
 log = logging.getLogger("lilac.errors")
@@ -183,6 +184,8 @@ def to_api_error(exc: Exception) -> APIError:
         return ServiceUnavailable(exc.message, exc.retry_after_s, code="draining")
     if isinstance(exc, ModelWakeFailed):
         return ServiceUnavailable(exc.message, exc.retry_after_s, code="model_wake_failed")
+    if isinstance(exc, WakeLimited):
+        return TooManyRequests(exc.message, exc.retry_after_s, code="wake_limit_exceeded")
     if isinstance(exc, ModelStateConflict):
         return Conflict(exc.message, code="model_state_conflict")
     if isinstance(exc, EngineUnavailable):

@@ -120,7 +120,10 @@ def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
     settings declare. The first keeps vLLM's `vllm:` series (another AsyncLLM with the
     stat logger would unregister them)."""
     sleeper: Sleeper = VLLMSleeper() if settings.on_gpu else PauseSleeper()
-    pool = ModelPool(sleeper, budget_gib=settings.memory_budget_gib)
+    wakes = settings.max_wakes_per_minute if settings.max_wakes_per_minute > 0 else None
+    pool = ModelPool(
+        sleeper, budget_gib=settings.memory_budget_gib, wakes_per_client_per_minute=wakes
+    )
     if engine is not None:
         pool.add(engine)
         return pool

@@ -123,6 +123,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             default_doc="none (no budget)",
         ),
     ] = None
+    max_wakes_per_minute: Annotated[
+        int,
+        Flag(
+            "wakes of sleeping models one client (with `--auth keys`: one key) may start "
+            "per minute; over it, 429 `wake_limit_exceeded`; `0`: no limit"
+        ),
+    ] = 6
     tool_call_parser: Annotated[
         str | None,
         Flag(

@@ -9,7 +9,7 @@ with canned tokens for fast tests and benchmarks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -109,6 +109,13 @@ class GenerateRequest:
     # Images, in the order their `{"type": "image"}` parts appear in `messages` (a message
     # with images has its content as a list of `text` and `image` parts).
     images: list[ImageInput] = field(default_factory=list)
+    # Scopes the prefix cache: a request reuses cached prompt blocks only of requests
+    # with the same salt (vLLM's `cache_salt`). None: the cache shared by every request.
+    cache_salt: str | None = None
+    # Awaited once the request has passed every check the engine makes before the model
+    # takes it, and before the model does: a sleeping model's wake (engine.warm), so a
+    # request that fails its checks never wakes one.
+    before_run: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ from litestar.response import Stream
 
 from app.routes.disconnect import until_disconnected
 from app.services.admission import clamp_priority, client_key
+from app.tenancy.isolation import cache_salt
 from app.tenancy.service import RequestMeter, Tenancy, request_key
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -35,9 +36,11 @@ async def respond(
     key = request_key(request)
     client = client_key(request, body.user, key.id if key is not None else None)
     body.priority = clamp_priority(body.priority, key.limits.priority if key is not None else 0)
+    tenancy: Tenancy = request.app.state.tenancy
+    # Metered keys each get their own part of the prefix cache (app.tenancy.isolation).
+    body.cache_salt = cache_salt(key if tenancy.mode == "keys" else None, body.cache_salt)
     meter: RequestMeter | None = None
     if key is not None:
-        tenancy: Tenancy = request.app.state.tenancy
         reserve = service.reserved_tokens(body, body_bytes)
         meter = tenancy.begin(key, request.url.path, body.model, body.n, reserve)
     try:

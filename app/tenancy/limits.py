@@ -123,6 +123,21 @@ class Limiter:
         state.in_flight += 1
         return Reservation(key_id, tokens)
 
+    def take_request(self, key_id: str, limits: KeyLimits) -> None:
+        """One request of the key's requests per minute for a request that generates
+        nothing (no tokens, no concurrency slot held), or `RateLimited`."""
+        now = self._clock()
+        requests = self._state(key_id, limits, now).requests
+        if requests is None:
+            return
+        requests.refill(now)
+        wait = requests.wait_for(1)
+        if wait > 0:
+            raise RateLimited(
+                f"Rate limit reached for requests per minute (limit {requests.capacity}).", wait
+            )
+        requests.level -= 1
+
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """The request ended: give back the concurrency slot and the reserved tokens it
         did not use (or take the ones it used beyond the reservation)."""

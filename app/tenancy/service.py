@@ -268,6 +268,17 @@ class Tenancy:
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
         return meter
 
+    def admit_unmetered(self, key: KeyRecord, model: str) -> None:
+        """A request that generates nothing (/tokenize, /detokenize): the key must allow
+        `model` (else 404, as for generation) and it takes one of the key's requests per
+        minute (else 429). It writes no usage row."""
+        if not key.limits.allows_model(model):
+            raise ModelNotFound(model)
+        try:
+            self.limiter.take_request(key.id, key.limits)
+        except RateLimited as exc:
+            raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
+
 
 def request_key(request: Request[Any, Any, Any]) -> KeyRecord | None:
     """The authenticated key of a request (None without auth)."""

@@ -19,7 +19,13 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.checks import output_budget, require_image_input, require_ready, truncated
+from engine.checks import (
+    checked,
+    output_budget,
+    require_image_input,
+    require_ready,
+    truncated,
+)
 from engine.errors import EngineFailure, EngineRequestError
 from engine.families import Family
 from engine.offload import off_loop
@@ -245,9 +251,15 @@ class VLLMEngine:
             prompt_ids = list(prompt["prompt_token_ids"])
         parsing.prompt_token_ids = await off_loop(self._parsing.current_turn, prompt_ids)
         max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
+        if request.cache_salt is not None:
+            prompt["cache_salt"] = request.cache_salt  # vLLM scopes its prefix cache by it
         # Checking and bounding schemas and building the grammar's spec: off the loop too.
         constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
-        if sampling.n > 1 and sampling.temperature == 0:
+        greedy_n = sampling.n > 1 and sampling.temperature == 0
+        # vLLM's own parameter checks, too, before the request may wake a model.
+        self._sampling_params(replace(sampling, n=1) if greedy_n else sampling, max_tokens)
+        await checked(request)
+        if greedy_n:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)
             streams = [
@@ -295,6 +307,16 @@ class VLLMEngine:
             ) from exc
         return rendered
 
+    def _sampling_params(self, sampling: SamplingOptions, max_tokens: int) -> Any:
+        from engine.vllm_backend.sampling import to_sampling_params
+
+        try:
+            return to_sampling_params(
+                sampling, max_tokens, self._turn_end_ids, self._turn_end_texts
+            )
+        except ValueError as exc:  # vLLM's own parameter checks
+            raise EngineRequestError(str(exc)) from exc
+
     async def _stream(
         self,
         request: GenerateRequest,
@@ -303,15 +325,8 @@ class VLLMEngine:
         plan: _Plan,
         parsing: RequestParsing,
     ) -> AsyncGenerator[GenerateOutput, None]:
-        from engine.vllm_backend.sampling import to_sampling_params
-
         sampling = plan.sampling
-        try:
-            params = to_sampling_params(
-                sampling, plan.max_tokens, self._turn_end_ids, self._turn_end_texts
-            )
-        except ValueError as exc:  # vLLM's own parameter checks
-            raise EngineRequestError(str(exc)) from exc
+        params = self._sampling_params(sampling, plan.max_tokens)
         params.structured_outputs = plan.constraint
         top_k = sampling.logprobs or 0
         conversion = OutputConversion(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app
 from app.settings import Settings
-from app.tenancy.auth import OUTAGE_S
-from app.tenancy.keys import KeyLimits
+from app.tenancy.auth import OUTAGE_S, DatabaseKeys
+from app.tenancy.keys import KeyLimits, KeyRecord
 from app.tenancy.schema import usage, usage_dead_letter, usage_refusals
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
@@ -49,6 +50,21 @@ async def keyed_app(
         yield http, tenancy
     assert tenancy.writer is not None
     await tenancy.writer.close()
+
+
+class GroupedKeys(DatabaseKeys):
+    """The database's keys, with the cache groups given here (as the keys' records
+    carry them from the database's `cache_group` column)."""
+
+    def __init__(self, inner: DatabaseKeys, groups: dict[str, str]) -> None:
+        self._inner = inner
+        self._groups = groups
+
+    async def authenticate(self, header: bytes | None) -> KeyRecord | None:
+        record = await self._inner.authenticate(header)
+        if record is None:
+            return None
+        return replace(record, cache_group=self._groups.get(record.id))
 
 
 async def new_key(tenancy: Tenancy, **limits: Any) -> tuple[str, str]:
