@@ -239,7 +239,12 @@ class AdmissionController:
         self._use_model(model)
         sampling = request.sampling
         tokens = estimate_tokens(
-            request.messages, request.prompt, sampling.max_tokens, model.max_model_len, sampling.n
+            request.messages,
+            request.prompt,
+            sampling.max_tokens,
+            model.max_model_len,
+            sampling.n,
+            len(request.prompt_token_ids or ()),
         )
         client = request.client or "anonymous"
         lease = await self._acquire(client, request.priority, tokens, request.request_id)
