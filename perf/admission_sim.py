@@ -76,6 +76,10 @@ class Workload:
     stream_tok_s: float = 40.0  # one request's decode speed alone
     batch_tok_s: float = 1200.0  # the engine's total decode speed when batching
     wake_s: float = 5.0  # engine back from sleep to first token (weights reloaded)
+    # One more client that floods: requests of `flood_prompts` tickets each (a
+    # multi-prompt completion), arriving at this rate, on top of the others.
+    flood_rate_per_s: float = 0.0
+    flood_prompts: int = 64
 
 
 # ---------------------------------------------------------------- the run
@@ -92,6 +96,10 @@ class Result:
     offered: int = 0
     yields: int = 0
     lent_s: float = 0.0  # time spent admitting (SERVING or THROTTLED)
+    # Refused while admitting (queue full, over its share, timed out), by who:
+    # the flooding client, and everyone else.
+    flood_refused: int = 0
+    others_refused: int = 0
 
 
 @dataclass
@@ -142,13 +150,18 @@ def simulate(
             if transition.source is State.YIELDED:
                 paused_until = now + work.wake_s
         cap = 0 if now < paused_until else policy.cap(machine.state)
-        # Arrivals.
-        for _ in range(_poisson(rng, work.rate_per_s * dt)):
+        # Arrivals: each a ticket of one of the clients, then the flood's tickets.
+        base = _poisson(rng, work.rate_per_s * dt)
+        flood = 0
+        if work.flood_rate_per_s:
+            flood = _poisson(rng, work.flood_rate_per_s * dt) * work.flood_prompts
+        for arrival in range(base + flood):
             ids += 1
             result.offered += 1
             prompt = rng.randint(*work.prompt_tokens)
             output = rng.randint(*work.output_tokens)
-            ticket = Ticket(ids, f"c{rng.randrange(work.clients)}", 0, prompt + output, now, 0.0)
+            client = f"c{rng.randrange(work.clients)}" if arrival < base else "flood"
+            ticket = Ticket(ids, client, 0, prompt + output, now, 0.0)
             ticket.deadline = now + policy.queue_timeout_s
             if machine.state not in ADMITTING:
                 result.rejected += 1
@@ -160,7 +173,11 @@ def simulate(
                     outputs[ticket.id] = output  # queued: runs when admitted
             except AdmissionRejected:
                 result.rejected += 1
-        result.rejected += len(queue.expire(now))
+                _count_refused(result, client)
+        for ticket in queue.expire(now):
+            result.rejected += 1
+            outputs.pop(ticket.id, None)
+            _count_refused(result, ticket.client)
         for ticket in queue.admit_ready(cap):
             running[ticket.id] = _Running(ticket, float(outputs.pop(ticket.id)))
         # Progress of the batch.
@@ -180,6 +197,13 @@ def simulate(
         if machine.state in ADMITTING:
             result.lent_s += dt
     return result
+
+
+def _count_refused(result: Result, client: str) -> None:
+    if client == "flood":
+        result.flood_refused += 1
+    else:
+        result.others_refused += 1
 
 
 def _poisson(rng: random.Random, mean: float) -> int:

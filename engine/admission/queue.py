@@ -107,7 +107,9 @@ class AdmissionQueue:
 
     def offer(self, ticket: Ticket, cap: int) -> bool:
         """Admit `ticket` now (True), queue it (False), or raise AdmissionRejected.
-        The caller rejects outright when the state admits nothing."""
+        The caller rejects outright when the state admits nothing. A queued ticket may
+        be admissible at once (it ranks ahead of the others and fits the capacity held
+        back for it): the caller runs `admit_ready` next."""
         if 0 < self.kv_budget < ticket.tokens:
             raise NeverFits(ticket.tokens, self.kv_budget)
         if not self.waiting and self._fits(ticket, cap):

@@ -287,6 +287,9 @@ class AdmissionController:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters[ticket.id] = waiter
         self.counters["queued"] += 1
+        # Queued behind others, it may still run at once: a client running nothing may
+        # take the capacity held back for it, and goes ahead of a flood's tickets.
+        self._grant()
         try:
             await asyncio.wait_for(waiter, self.policy.queue_timeout_s)
         except TimeoutError:

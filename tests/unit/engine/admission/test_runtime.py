@@ -161,6 +161,33 @@ async def test_queue_waits_for_a_slot() -> None:
     assert controller.counters["queued"] == 1
 
 
+async def test_a_newcomer_behind_a_flood_starts_at_once() -> None:
+    """A flood holds all it may of the cap (7 of 8) and queues more; another client's
+    first request is queued behind it and still starts at once, in the held-back slot,
+    without waiting for any of the flood to finish."""
+    generate, controller, _, _ = make(max_concurrent=8)
+    flood = [generate(request(f"f{i}", tokens=1000, client="flood")) for i in range(7)]
+    for stream in flood:
+        await anext(stream)
+    queued = [
+        asyncio.create_task(collect(generate, request(f"q{i}", tokens=1000, client="flood")))
+        for i in range(3)
+    ]
+    await asyncio.sleep(0.02)
+    assert len(controller.queue.waiting) == 3 and len(controller.queue.running) == 7
+    newcomer = generate(request("victim", tokens=2, client="victim"))
+    first = await asyncio.wait_for(anext(newcomer), 1.0)
+    assert first.choices
+    assert len(controller.queue.waiting) == 3  # the flood still waits
+    await newcomer.aclose()
+    for task in queued:
+        task.cancel()
+    await asyncio.gather(*queued, return_exceptions=True)
+    for stream in flood:
+        await stream.aclose()
+    assert not controller.queue.running and not controller.queue.waiting
+
+
 async def test_queue_timeout_is_503() -> None:
     generate, controller, _, _ = make(max_concurrent=1, queue_timeout_s=0.05)
     first = generate(request("one", tokens=1000))
