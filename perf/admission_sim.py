@@ -100,6 +100,7 @@ class Result:
     # the flooding client, and everyone else.
     flood_refused: int = 0
     others_refused: int = 0
+    refused_with_nothing_queued: int = 0  # at the door, by a client holding nothing queued
 
 
 @dataclass
@@ -166,6 +167,7 @@ def simulate(
             if machine.state not in ADMITTING:
                 result.rejected += 1
                 continue
+            had_nothing = queue.queued_by(client) == 0
             try:
                 if queue.offer(ticket, cap):
                     running[ticket.id] = _Running(ticket, float(output))
@@ -173,6 +175,7 @@ def simulate(
                     outputs[ticket.id] = output  # queued: runs when admitted
             except AdmissionRejected:
                 result.rejected += 1
+                result.refused_with_nothing_queued += had_nothing
                 _count_refused(result, client)
         for ticket in queue.expire(now):
             result.rejected += 1
@@ -255,7 +258,24 @@ def table(seed: int) -> str:
             f"| {r.drained} | {r.rejected} ({100 * r.rejected / max(1, r.offered):.1f}%) "
             f"| {r.yields} | {r.lent_s / 3600:.1f} |"
         )
+    lines += ["", flood_line(seed)]
     return "\n".join(lines)
+
+
+def flood_line(seed: int) -> str:
+    """The default policy for an hour of an idle owner, with a ninth client sending a
+    64-prompt request every second on top of the eight ordinary ones."""
+    work = replace(Workload(), flood_rate_per_s=1.0)
+    r = simulate(policies()[_DEFAULT], [Segment(0.0, GpuSample())], work, seed, duration_s=3600)
+    return (
+        f"With a ninth client flooding (a 64-prompt request a second, an hour, owner idle): "
+        f"the flood's tickets refused {r.flood_refused}, the other clients' {r.others_refused} "
+        f"(each while it had requests queued already; refused with nothing queued: "
+        f"{r.refused_with_nothing_queued})."
+    )
+
+
+_DEFAULT = "default (grace 30 s, hysteresis 60 s, probe 1 s)"
 
 
 if __name__ == "__main__":

@@ -64,6 +64,10 @@ class Row:
     attack: str
     what: str
     attacker: dict[str, int] = field(default_factory=dict)  # status (and code) -> count
+    attacker_cut: int = 0  # its requests still waiting or running when the attack stopped
+    # Its engine requests (a prompt each) that admission let in, and refused by reason.
+    attacker_tickets: int = 0
+    attacker_refused_tickets: dict[str, int] = field(default_factory=dict)
     victim_requests: int = 0
     victim_refusals: int = 0
     victim_errors: list[str] = field(default_factory=list)
@@ -82,11 +86,14 @@ def start(workdir: Path, extra_args: tuple[str, ...] = ()) -> Target:
     from perf.load import free_port
 
     data = workdir / "data"
-    subprocess.run(
+    data.mkdir(parents=True, exist_ok=True)
+    bootstrap = subprocess.run(
         [LILAC, "keys", "create", "--name", "bootstrap", "--data-dir", str(data)],
-        check=True,
         capture_output=True,
+        text=True,
     )
+    if bootstrap.returncode != 0:
+        raise RuntimeError(f"keys create failed: {bootstrap.stderr.strip()}")
     port = free_port()
     argv = [
         LILAC, "serve", "--auth", "keys", "--data-dir", str(data), "--port", str(port),
@@ -122,6 +129,12 @@ def kv_budget(target: Target) -> int:
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
     snapshot = httpx.get(f"{target.url}/admin/admission", headers=admin, timeout=30).json()
     return int(snapshot.get("kv_budget_tokens") or 0)
+
+
+def admission_counters(target: Target) -> collections.Counter[str]:
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    snapshot = httpx.get(f"{target.url}/admin/admission", headers=admin, timeout=30).json()
+    return collections.Counter(snapshot["counters"])
 
 
 def engine_tokens(url: str) -> int:
@@ -225,7 +238,8 @@ def attacks(target: Target) -> dict[str, Attack]:
         body = chat_body(f"Big {i}: count to a million.", max_tokens, n=n, ignore_eos=True)
         return _post(client, "/v1/chat/completions", {**body, "temperature": 1.0})
 
-    long_text = " ".join(f"word{w}" for w in range(MAX_MODEL_LEN // 3))
+    # 480 of these words are about 1,800 tokens of SmolLM2's tokenizer: near the context.
+    long_text = " ".join(f"word{w}" for w in range(480))
 
     def long_prompts(client: httpx.AsyncClient, i: int) -> Awaitable[tuple[int, str | None]]:
         return _post(client, "/v1/chat/completions", chat_body(f"{i} {long_text}", 1))
@@ -239,7 +253,7 @@ def attacks(target: Target) -> dict[str, Attack]:
         )
         return _post(client, "/v1/chat/completions", kinds[i % len(kinds)])
 
-    long_what = f"~{MAX_MODEL_LEN - 100}-token prompts, 32 at once"
+    long_what = "~1,800-token prompts, max_tokens 1, 32 at once"
     return {
         a.name: a
         for a in (
@@ -252,32 +266,41 @@ def attacks(target: Target) -> dict[str, Attack]:
     }  # fmt: skip
 
 
-async def flood(target: Target, attack: Attack, stop: asyncio.Event) -> collections.Counter[str]:
+async def flood(
+    target: Target, attack: Attack, stop: asyncio.Event
+) -> tuple[collections.Counter[str], int]:
     """`attack.workers` loops sending until `stop`; a refused one waits 50 ms (a client
-    honouring nothing, but not spinning)."""
+    honouring nothing, but not spinning). The answers by status, and how many requests
+    were still open when it stopped."""
     got: collections.Counter[str] = collections.Counter()
+    open_now = 0
     async with target.client(target.attacker, attack.workers) as client:
 
         async def worker(w: int) -> None:
+            nonlocal open_now
             i = w
             while not stop.is_set():
                 i += attack.workers
+                open_now += 1
                 try:
                     status, code = await attack.send(client, i)
                 except httpx.HTTPError as exc:
                     got[type(exc).__name__] += 1
                     await asyncio.sleep(0.05)
                     continue
+                finally:
+                    open_now -= 1
                 got[f"{status} {code}" if code else str(status)] += 1
                 if status >= 400:
                     await asyncio.sleep(0.05)
 
         tasks = [asyncio.create_task(worker(w)) for w in range(attack.workers)]
         await stop.wait()
+        cut = open_now
         for task in tasks:
             task.cancel()  # in-flight requests: the client goes away, the server aborts
         await asyncio.gather(*tasks, return_exceptions=True)
-    return got
+    return got, cut
 
 
 async def victim(target: Target, seconds: float, tag: str) -> tuple[list[float], list[str]]:
@@ -334,17 +357,30 @@ async def alone(target: Target, seconds: float) -> Row:
 
 async def run_attack(target: Target, attack: Attack, seconds: float) -> Row:
     before_bill, before_engine = billed(target), engine_tokens(target.url)
+    before_admission = admission_counters(target)
     stop = asyncio.Event()
     flooding = asyncio.create_task(flood(target, attack, stop))
     await asyncio.sleep(min(2.0, seconds / 4))  # the flood builds up first
     ttfts, refusals = await victim(target, seconds, attack.name)
     stop.set()
-    got = await flooding
-    row = Row(attack.name, attack.what, dict(got), victim_requests=int(seconds))
+    got, cut = await flooding
+    row = Row(attack.name, attack.what, dict(got), cut, victim_requests=int(seconds))
     _fill(row, ttfts, refusals)
     row.unfinished_after = await settle(target)
+    _tickets(row, admission_counters(target) - before_admission, refusals)
     _bill(row, target, before_bill, before_engine)
     return row
+
+
+def _tickets(row: Row, delta: collections.Counter[str], refusals: list[str]) -> None:
+    """The attacker's part of admission's counters: all of them, less the victim's
+    (one ticket per request; its refusals by code)."""
+    row.attacker_tickets = delta["admitted"] - (row.victim_requests - len(refusals))
+    refused = collections.Counter(
+        {k.removeprefix("rejected_"): v for k, v in delta.items() if k.startswith("rejected_")}
+    )
+    refused.subtract(r.split(" ", 1)[-1] for r in refusals)
+    row.attacker_refused_tickets = {k: v for k, v in refused.items() if v > 0}
 
 
 def _fill(row: Row, ttfts: list[float], refusals: list[str]) -> None:
@@ -378,17 +414,22 @@ def _ms(value: float | None) -> str:
 def table(rows: list[Row]) -> str:
     base = rows[0].ttft_p50_ms if rows and rows[0].attack == "alone" else None
     lines = [
-        "| attack | attacker got | victim refused | victim TTFT p50 / p99 (ms) | p50 vs alone "
+        "| attack | attacker's answers | attacker's prompts admitted / refused "
+        "| victim refused | victim TTFT p50 / p99 (ms) | p50 vs alone "
         "| billed tokens | engine tokens |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        got = ", ".join(f"{k}: {v}" for k, v in sorted(row.attacker.items())) or "-"
+        got = ", ".join(f"{k}: {v}" for k, v in sorted(row.attacker.items()))
+        if row.attacker_cut:
+            got += f"{', ' if got else ''}open at the end: {row.attacker_cut}"
+        refused = ", ".join(f"{k} {v}" for k, v in sorted(row.attacker_refused_tickets.items()))
+        tickets = "-" if row.attack == "alone" else f"{row.attacker_tickets} / {refused or 0}"
         ratio = "-"
         if base and row.ttft_p50_ms is not None:
             ratio = f"{row.ttft_p50_ms / base:.2f}x"
         lines.append(
-            f"| {row.attack}: {row.what} | {got} | {row.victim_refusals} of "
+            f"| {row.attack}: {row.what} | {got or '-'} | {tickets} | {row.victim_refusals} of "
             f"{row.victim_requests} | {_ms(row.ttft_p50_ms)} / {_ms(row.ttft_p99_ms)} "
             f"| {ratio} | {row.billed_tokens} | {row.engine_tokens} |"
         )

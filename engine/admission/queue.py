@@ -156,6 +156,9 @@ class AdmissionQueue:
                 return True
         return False
 
+    def queued_by(self, client: str) -> int:
+        return self._waiting_by_client[client]
+
     def clear_waiting(self) -> list[Ticket]:
         dropped, self.waiting = self.waiting, []
         self._waiting_by_client.clear()

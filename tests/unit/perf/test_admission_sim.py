@@ -57,4 +57,5 @@ def test_a_flood_of_many_prompt_requests_refuses_nobody_else() -> None:
     result = simulate(policy, idle, work, seed=3, duration_s=600.0)
     assert result.flood_refused > 10_000
     assert result.others_refused == 0
+    assert result.refused_with_nothing_queued == 0
     assert result.completed > 0
