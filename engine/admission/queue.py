@@ -23,7 +23,10 @@ Nobody can lock the others out:
 - The running side holds back an eighth of the concurrency cap and of the KV budget
   for clients with nothing running: a client already running something cannot take
   the last of either, so the next client's first request starts at once instead of
-  waiting for a flood to finish.
+  waiting for a flood to finish. And a client's admitted prompts whose first output
+  has not come yet are bounded (`prefill_budget`): the engine prefills in arrival
+  order, and a wall of one client's long prompts would hold the next client's first
+  token back however early admission let it in.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class Ticket:
     tokens: int  # KV tokens the request may occupy: prompt + output budget
     arrived: float
     deadline: float  # when waiting in the queue gives up
+    prompt_tokens: int = 0  # of `tokens`, the prompt: prefill work until its first output
 
 
 def estimate_tokens(
@@ -102,6 +106,13 @@ class AdmissionQueue:
         self.running: dict[int, Ticket] = {}
         self.waiting: list[Ticket] = []
         self.tokens_in_use = 0
+        # Prompt tokens a client has admitted whose first output has not come yet: the
+        # engine prefills them first come, so a client may keep at most `prefill_budget`
+        # of them in flight (0: no bound) and cannot queue a wall of prefills in the
+        # engine ahead of the next client's request.
+        self.prefill_budget = 0
+        self._prefilling: dict[int, Ticket] = {}
+        self._prefill_by_client: Counter[str] = Counter()
         self._running_by_client: Counter[str] = Counter()
         self._waiting_by_client: Counter[str] = Counter()
 
@@ -120,7 +131,17 @@ class AdmissionQueue:
         self._waiting_by_client[ticket.client] += 1
         return False
 
+    def prefilled(self, ticket_id: int) -> None:
+        """The ticket's first output came: its prompt is no longer waiting to prefill."""
+        ticket = self._prefilling.pop(ticket_id, None)
+        if ticket is None:
+            return
+        self._prefill_by_client[ticket.client] -= ticket.prompt_tokens
+        if self._prefill_by_client[ticket.client] <= 0:
+            del self._prefill_by_client[ticket.client]
+
     def release(self, ticket_id: int) -> None:
+        self.prefilled(ticket_id)
         ticket = self.running.pop(ticket_id, None)
         if ticket is None:
             return
@@ -158,6 +179,10 @@ class AdmissionQueue:
 
     def queued_by(self, client: str) -> int:
         return self._waiting_by_client[client]
+
+    def prefill_pending(self, client: str) -> int:
+        """Prompt tokens `client` has admitted whose first output has not come."""
+        return self._prefill_by_client[client]
 
     def clear_waiting(self) -> list[Ticket]:
         dropped, self.waiting = self.waiting, []
@@ -202,9 +227,13 @@ class AdmissionQueue:
 
     def _fits(self, ticket: Ticket, cap: int) -> bool:
         """Whether `ticket` can run now. A client already running something leaves the
-        last eighth of the cap and of the KV budget to clients that run nothing."""
+        last eighth of the cap and of the KV budget to clients that run nothing, and
+        waits while its admitted prompts not yet begun would exceed `prefill_budget`."""
         busy = self._running_by_client[ticket.client] > 0
         if len(self.running) >= (cap - cap // RUNNING_RESERVE_DIVISOR if busy else cap):
+            return False
+        pending = self._prefill_by_client[ticket.client]
+        if self.prefill_budget and pending and pending + ticket.prompt_tokens > self.prefill_budget:
             return False
         budget = self.kv_budget
         if budget <= 0:
@@ -215,6 +244,9 @@ class AdmissionQueue:
 
     def _start(self, ticket: Ticket) -> None:
         self.running[ticket.id] = ticket
+        if ticket.prompt_tokens:
+            self._prefilling[ticket.id] = ticket
+            self._prefill_by_client[ticket.client] += ticket.prompt_tokens
         self.tokens_in_use += ticket.tokens
         self._running_by_client[ticket.client] += 1
 

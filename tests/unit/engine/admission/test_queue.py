@@ -212,3 +212,27 @@ def test_estimate_tokens() -> None:
     assert estimate_tokens(None, "abcd" * 10, 5, 2048, n=3) == 25  # the prompt is shared
     # A pre-tokenized prompt counts its tokens (it has no text to measure).
     assert estimate_tokens(None, None, 5, 2048, prompt_token_ids=1000) == 1005
+
+
+def test_a_client_keeps_a_bounded_amount_of_prompts_waiting_to_prefill() -> None:
+    """Admitted prompts whose first output has not come count against the client's
+    prefill budget; each first output gives its prompt back. Another client, with
+    nothing waiting to prefill, is not held back."""
+    q = queue()
+    q.prefill_budget = 1000
+
+    def long(client: str, at: float) -> Ticket:
+        return Ticket(next(_ids), client, 0, 700, at, at + 30.0, prompt_tokens=600)
+
+    first, second = long("a", 0.0), long("a", 1.0)
+    assert q.offer(first, cap=10) is True  # a lone prompt over nothing pending: runs
+    assert q.offer(second, cap=10) is False  # 600 + 600 > 1000: waits
+    other = long("b", 2.0)
+    assert q.offer(other, cap=10) is False
+    assert q.admit_ready(cap=10) == [other]  # b has nothing waiting to prefill
+    q.prefilled(first.id)  # a's first output came
+    assert q.admit_ready(cap=10) == [second]
+    q.release(second.id)  # released before any output: its prompt is given back too
+    q.release(first.id)
+    q.release(other.id)
+    assert q.offer(long("a", 3.0), cap=10) is True

@@ -188,6 +188,18 @@ async def test_a_newcomer_behind_a_flood_starts_at_once() -> None:
     assert not controller.queue.running and not controller.queue.waiting
 
 
+async def test_prompts_count_as_prefilling_until_their_first_output() -> None:
+    generate, controller, _, _ = make(max_concurrent=8)
+    stream = generate(request("one", tokens=1000))
+    started = asyncio.create_task(anext(stream))
+    await asyncio.sleep(0)  # admitted, no output yet
+    assert controller.queue.prefill_budget == 2 * 2048  # two contexts of the model
+    assert controller.queue.prefill_pending("c") > 0
+    await started
+    assert controller.queue.prefill_pending("c") == 0  # the first output: prefilled
+    await stream.aclose()
+
+
 async def test_queue_timeout_is_503() -> None:
     generate, controller, _, _ = make(max_concurrent=1, queue_timeout_s=0.05)
     first = generate(request("one", tokens=1000))
