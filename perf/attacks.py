@@ -41,6 +41,7 @@ ADMIN_KEY = "attacks-admin-key"
 LILAC = str(Path(sys.executable).with_name("lilac-serve"))
 MAX_MODEL_LEN = 2048
 GOAL_TTFT_RATIO = 2.0  # the victim's TTFT p50 under attack, against alone
+VICTIM_TIMEOUT_S = 120.0  # a victim request not answered by then counts as failed
 
 
 @dataclass
@@ -329,6 +330,7 @@ async def victim(target: Target, seconds: float, tag: str) -> tuple[list[float],
             refusals.append(type(exc).__name__)
 
     async with target.client(target.victim) as client:
+        client.timeout = httpx.Timeout(VICTIM_TIMEOUT_S)
         tasks = []
         start = time.monotonic()
         for i in range(max(1, int(seconds))):
