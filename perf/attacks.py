@@ -82,8 +82,11 @@ class Row:
 # ---------------------------------------------------------------- the server
 
 
-def start(workdir: Path, extra_args: tuple[str, ...] = ()) -> Target:
-    """`lilac-serve serve --auth keys` on a free port, and the two keys."""
+def start(
+    workdir: Path, extra_args: tuple[str, ...] = (), attacker_max_concurrent: int | None = None
+) -> Target:
+    """`lilac-serve serve --auth keys` on a free port, and the two keys (the attacker's
+    with no limit but `attacker_max_concurrent`, RPM lifted)."""
     from perf.load import free_port
 
     data = workdir / "data"
@@ -107,7 +110,8 @@ def start(workdir: Path, extra_args: tuple[str, ...] = ()) -> Target:
         server.wait_healthy(f"{url}/health", timeout_s=900)
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
         made = {}
-        for name, limits in (("attacker", {"rpm": None}), ("victim", {})):
+        attacker = {"rpm": None, "max_concurrent": attacker_max_concurrent}
+        for name, limits in (("attacker", attacker), ("victim", {})):
             response = httpx.post(
                 f"{url}/admin/keys", json={"name": name, **limits}, headers=admin, timeout=30
             )
@@ -444,6 +448,12 @@ def main(argv: list[str] | None = None) -> int:
     names = "prompts64,streams256,largest,long_prompts,bad_requests"
     parser.add_argument("--attacks", default=names, help=f"comma-separated, of {names}")
     parser.add_argument("--output", type=Path, default=OUT)
+    parser.add_argument(
+        "--attacker-max-concurrent",
+        type=int,
+        default=None,
+        help="the attacker key's max_concurrent (default: unlimited)",
+    )
     args = parser.parse_args(argv)
     chosen = [a for a in args.attacks.split(",") if a]
     unknown = set(chosen) - set(names.split(","))
@@ -451,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown attacks: {', '.join(sorted(unknown))}")
     args.output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lilac-attacks-") as tmp:
-        target = start(Path(tmp))
+        target = start(Path(tmp), attacker_max_concurrent=args.attacker_max_concurrent)
         try:
             rows = asyncio.run(matrix(target, chosen, args.seconds))
         finally:
