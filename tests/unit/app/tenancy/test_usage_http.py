@@ -200,6 +200,9 @@ async def test_each_prompt_of_a_completion_counts_against_the_key(
         one = await http.post("/v1/completions", json=completions(1), headers=headers)
         assert one.status_code == 200
         assert len((await three).json()["choices"]) == 3
+        # A list of token ids is one prompt: one slot, however long.
+        ids = {"model": "scripted", "prompt": list(range(1, 9)), "max_tokens": 2}
+        assert (await http.post("/v1/completions", json=ids, headers=headers)).status_code == 200
         _, budget = await new_key(tenancy, tpm=300)
         # 4 prompts x 2 choices x 40 tokens = 320 reserved, over the whole minute's 300.
         body = {**completions(4, max_tokens=40), "n": 2}
