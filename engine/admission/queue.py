@@ -151,10 +151,19 @@ class AdmissionQueue:
             del self._running_by_client[ticket.client]
 
     def admit_ready(self, cap: int) -> list[Ticket]:
-        """Move queued tickets to running, best first, while the next one fits."""
+        """Move queued tickets to running, best first, while the next one fits. A client
+        waiting on its own prefills steps aside for the others; the best of the rest is
+        never skipped for lack of room."""
         started = []
-        while self.waiting:
-            best = min(self.waiting, key=self._rank)
+        held: set[str] = set()  # clients whose admitted prompts have not begun yet
+        while True:
+            candidates = [t for t in self.waiting if t.client not in held]
+            if not candidates:
+                break
+            best = min(candidates, key=self._rank)
+            if self._prefill_full(best):
+                held.add(best.client)
+                continue
             if not self._fits(best, cap):
                 break
             self._unqueue(best)
@@ -232,8 +241,7 @@ class AdmissionQueue:
         busy = self._running_by_client[ticket.client] > 0
         if len(self.running) >= (cap - cap // RUNNING_RESERVE_DIVISOR if busy else cap):
             return False
-        pending = self._prefill_by_client[ticket.client]
-        if self.prefill_budget and pending and pending + ticket.prompt_tokens > self.prefill_budget:
+        if self._prefill_full(ticket):
             return False
         budget = self.kv_budget
         if budget <= 0:
@@ -241,6 +249,12 @@ class AdmissionQueue:
         if busy:
             budget -= budget // RUNNING_RESERVE_DIVISOR
         return self.tokens_in_use + ticket.tokens <= budget
+
+    def _prefill_full(self, ticket: Ticket) -> bool:
+        pending = self._prefill_by_client[ticket.client]
+        return bool(self.prefill_budget and pending) and (
+            pending + ticket.prompt_tokens > self.prefill_budget
+        )
 
     def _start(self, ticket: Ticket) -> None:
         self.running[ticket.id] = ticket

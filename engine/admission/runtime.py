@@ -38,7 +38,7 @@ from engine.protocol import GenerateRequest, ModelHost, ModelInfo
 log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
-PREFILL_CONTEXTS = 2  # a client's admitted prompts not yet begun: at most this many contexts
+PREFILL_CONTEXTS = 1  # a client's admitted prompts not yet begun: at most this many contexts
 
 
 class AdmittedHost(ModelHost, Protocol):
@@ -269,8 +269,8 @@ class AdmissionController:
             return
         configured = self.policy.kv_budget_tokens
         self.queue.kv_budget = configured if configured else model.kv_cache_tokens
-        # Two contexts of prompts not yet begun per client: more than one engine step
-        # prefills, so a lone client never starves the engine of work.
+        # A context of prompts not yet begun per client: what one engine step prefills
+        # on the CPU (no chunked prefill), several steps' worth with chunked prefill.
         self.queue.prefill_budget = PREFILL_CONTEXTS * model.max_model_len
         self._budget_set = True
 

@@ -236,3 +236,24 @@ def test_a_client_keeps_a_bounded_amount_of_prompts_waiting_to_prefill() -> None
     q.release(first.id)
     q.release(other.id)
     assert q.offer(long("a", 3.0), cap=10) is True
+
+
+def test_a_client_waiting_on_its_prefills_steps_aside() -> None:
+    """The best-ranked ticket's client is held back by its own prefills: the next
+    client's ticket goes ahead instead of waiting behind it."""
+    q = queue()
+    q.prefill_budget = 1000
+    flood = Ticket(next(_ids), "flood", 0, 700, 0.0, 30.0, prompt_tokens=600)
+    assert q.offer(flood, cap=10) is True
+    victim_running = [ticket("victim", tokens=10) for _ in range(3)]
+    for t in victim_running:
+        assert q.offer(t, cap=10) is True  # the queue is empty: they run
+    queued_flood = Ticket(next(_ids), "flood", 0, 700, 1.0, 31.0, prompt_tokens=600)
+    assert q.offer(queued_flood, cap=10) is False  # over its prefill budget
+    victim_next = ticket("victim", tokens=10, at=2.0)
+    assert q.offer(victim_next, cap=10) is False  # the queue is not empty: it queues
+    # The flood runs 1, the victim 3: the flood's ticket ranks first, but waits on its
+    # prefill; the victim's goes ahead.
+    assert q.admit_ready(cap=10) == [victim_next]
+    q.prefilled(flood.id)
+    assert q.admit_ready(cap=10) == [queued_flood]

@@ -193,7 +193,7 @@ async def test_prompts_count_as_prefilling_until_their_first_output() -> None:
     stream = generate(request("one", tokens=1000))
     started = asyncio.create_task(anext(stream))
     await asyncio.sleep(0)  # admitted, no output yet
-    assert controller.queue.prefill_budget == 2 * 2048  # two contexts of the model
+    assert controller.queue.prefill_budget == 2048  # a context of the model
     assert controller.queue.prefill_pending("c") > 0
     await started
     assert controller.queue.prefill_pending("c") == 0  # the first output: prefilled
