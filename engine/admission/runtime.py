@@ -306,7 +306,11 @@ class AdmissionController:
         # take the capacity held back for it, and goes ahead of a flood's tickets.
         self._grant()
         try:
-            await asyncio.wait_for(waiter, self.policy.queue_timeout_s)
+            # Not `wait_for`: on Python 3.11 it returns the result of a waiter granted in
+            # the same instant its task is cancelled, swallowing the cancel; the request
+            # then ran to its end with its client gone. A plain await always raises it.
+            async with asyncio.timeout(self.policy.queue_timeout_s):
+                await waiter
         except TimeoutError:
             self.queue.withdraw(ticket.id)
             self._count_rejection("queue_timeout")

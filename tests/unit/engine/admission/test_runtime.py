@@ -200,6 +200,25 @@ async def test_prompts_count_as_prefilling_until_their_first_output() -> None:
     await stream.aclose()
 
 
+async def test_a_request_cancelled_as_it_is_granted_gives_its_slot_back() -> None:
+    """A queued request whose slot is granted in the same instant its client leaves
+    (a flood cut off at once frees slots for its own queued requests): the cancel
+    wins, the slot comes back, nothing runs."""
+    generate, controller, _, _ = make(max_concurrent=1)
+    first = generate(request("one", tokens=1000))
+    await anext(first)
+    queued = asyncio.create_task(controller._acquire("other", 0, 10, "two"))
+    await asyncio.sleep(0.01)
+    assert len(controller.queue.waiting) == 1
+    (lease,) = controller._leases.values()
+    controller._release(lease)  # grants the queued ticket at once ...
+    queued.cancel()  # ... as its client goes
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert not controller.queue.running and not controller.queue.waiting
+    await first.aclose()
+
+
 async def test_queue_timeout_is_503() -> None:
     generate, controller, _, _ = make(max_concurrent=1, queue_timeout_s=0.05)
     first = generate(request("one", tokens=1000))
