@@ -232,7 +232,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     ] = _POLICY.throttled_concurrent
     max_queued: Annotated[
         int,
-        Flag("requests waiting in all (shared equally while several clients wait)", **_ADMISSION),
+        Flag(
+            "requests waiting in all (shared equally while several clients wait; a quarter "
+            "held for clients with nothing queued)",
+            **_ADMISSION,
+        ),
     ] = _POLICY.max_queued
     queue_timeout: Annotated[float, Flag("seconds a request may wait", **_ADMISSION)] = (
         _POLICY.queue_timeout_s

@@ -28,6 +28,8 @@ class GenerationService(Protocol):
 
     def reserved_tokens(self, request: Any, body_bytes: int) -> int: ...
 
+    def slots(self, request: Any) -> int: ...
+
 
 async def respond(
     request: Request, service: GenerationService, body: Any, body_bytes: int = 0
@@ -42,7 +44,8 @@ async def respond(
     meter: RequestMeter | None = None
     if key is not None:
         reserve = service.reserved_tokens(body, body_bytes)
-        meter = tenancy.begin(key, request.url.path, body.model, body.n, reserve)
+        slots = service.slots(body)
+        meter = tenancy.begin(key, request.url.path, body.model, body.n, reserve, slots)
     try:
         if body.stream:
             # Admission, the queue and the first token: a client gone meanwhile ends them.

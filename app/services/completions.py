@@ -154,6 +154,14 @@ class CompletionService(GenerationService[CompletionRequest]):
         vocab_size = self.engine_for(request).model.vocab_size
         return await off_loop(engine_requests, request, request_id, client, vocab_size)
 
+    def slots(self, request: CompletionRequest) -> int:
+        """One per prompt: a list of strings or of token-id lists is that many prompts;
+        a list of token ids is one (a list mixing kinds, or too long, is a 400 later)."""
+        prompt = request.prompt
+        if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+            return 1
+        return min(len(prompt), MAX_PROMPTS)
+
     def generation(self, request: CompletionRequest, request_id: str) -> CompletionGeneration:
         """Echoed token-id prompts are echoed as their text (as `vllm serve` does)."""
         engine = self.engine_for(request)

@@ -214,7 +214,8 @@ class GenerationService(ABC, Generic[RequestT]):
     def reserved_tokens(self, request: RequestT, body_bytes: int) -> int:
         """Tokens a request may use, before it is tokenized, for per-key token limits: a
         generous prompt estimate (a token per 4 bytes of the request body) plus every
-        choice's output budget (without `max_tokens`, the model's default)."""
+        choice's output budget (without `max_tokens`, the model's default) for each of
+        its prompts."""
         prompt = body_bytes // 4
         limit = getattr(request, "max_completion_tokens", None) or getattr(
             request, "max_tokens", None
@@ -222,9 +223,12 @@ class GenerationService(ABC, Generic[RequestT]):
         if limit is None:
             model = self._models.get(request.model) or self._models.first  # unknown: 404 later
             limit = default_output_tokens(model.model.max_model_len)
-        prompts = getattr(request, "prompt", None)
-        count = len(prompts) if isinstance(prompts, list) else 1
-        return prompt + count * request.n * limit
+        return prompt + self.slots(request) * request.n * limit
+
+    def slots(self, request: RequestT) -> int:
+        """Concurrent engine requests the request runs, one per prompt (its `n` choices
+        share each prompt's): one, unless the endpoint takes several prompts."""
+        return 1
 
     async def _start(
         self, request: RequestT, client: str | None

@@ -251,17 +251,24 @@ class Tenancy:
             await self.writer.engine.dispose()
 
     def begin(
-        self, key: KeyRecord, endpoint: str, model: str, n: int, reserve_tokens: int
+        self,
+        key: KeyRecord,
+        endpoint: str,
+        model: str,
+        n: int,
+        reserve_tokens: int,
+        slots: int = 1,
     ) -> RequestMeter:
-        """Check the key may use `model` and is within its limits; the meter of the
-        request. Raises the API errors a client gets (404, 429)."""
+        """Check the key may use `model` and is within its limits (`slots`: the
+        request's prompts, each a concurrent request); the meter of the request. Raises
+        the API errors a client gets (404, 429)."""
         if not key.limits.allows_model(model):
             if self.writer is not None:
                 self.writer.refuse(key.id, "model_not_found", time.time())
             raise ModelNotFound(model)
         meter = RequestMeter(self, key, endpoint, model, n)
         try:
-            meter.reservation = self.limiter.admit(key.id, key.limits, reserve_tokens)
+            meter.reservation = self.limiter.admit(key.id, key.limits, reserve_tokens, slots)
         except RateLimited as exc:
             if self.writer is not None:  # a count per key, minute and reason; not a row
                 self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)

@@ -12,6 +12,7 @@ decisions every engine shares (readiness, image input, context budget) come from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -334,6 +335,7 @@ class VLLMEngine:
         )
         prompt_tokens = len(prompt_ids)
         first = True
+        finished = False
         stream = self._llm.generate(prompt, params, plan.request_id, **parsing.engine_kwargs)
         try:
             async for output in stream:
@@ -352,6 +354,7 @@ class VLLMEngine:
                     cached_tokens=output.num_cached_tokens or 0,
                     prompt_token_texts=prompt_texts,
                 )
+            finished = True
         except ValueError as exc:  # vLLM's input validation (a grammar xgrammar refuses...)
             constraint = request.response_format
             param = constraint.param if constraint is not None and plan.constraint else None
@@ -362,6 +365,13 @@ class VLLMEngine:
             # Closed early (client gone, or an error): closing vLLM's generator aborts the
             # request in the engine core. A no-op when it already finished.
             await stream.aclose()
+            if not finished:
+                # vLLM registers a request before it hands it to the engine core; a
+                # cancel between the two leaves it running with nothing to abort it
+                # (its generator never learnt its id). Abort by our id as well: a no-op
+                # for a request already gone (and nothing to do for a dead engine).
+                with contextlib.suppress(Exception):
+                    await self._llm.abort(plan.request_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,3 +189,39 @@ async def test_admin_keys_and_usage_routes(database: AsyncEngine, tmp_path: Path
         assert future.json()["data"] == []
         wrong = await http.get("/admin/usage?by=colour", headers=admin)
         assert wrong.status_code == 400
+
+
+def completions(prompts: int, max_tokens: int = 8) -> dict[str, object]:
+    return {"model": "scripted", "prompt": ["hi"] * prompts, "max_tokens": max_tokens}
+
+
+async def test_each_prompt_of_a_completion_counts_against_the_key(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """`max_concurrent` and the token reservation count a request's prompts."""
+    engine = ScriptedEngine(token_delay_s=0.2)
+    async with keyed_app(database, tmp_path / "spool", engine) as (http, tenancy):
+        _, secret = await new_key(tenancy, max_concurrent=4)
+        headers = bearer(secret)
+        too_many = await http.post("/v1/completions", json=completions(5), headers=headers)
+        assert too_many.status_code == 429
+        assert "5 prompts" in too_many.json()["error"]["message"]
+        three = asyncio.create_task(
+            http.post("/v1/completions", json=completions(3), headers=headers)
+        )
+        await asyncio.sleep(0.3)
+        two = await http.post("/v1/completions", json=completions(2), headers=headers)
+        assert two.status_code == 429 and "count as 2" in two.json()["error"]["message"]
+        one = await http.post("/v1/completions", json=completions(1), headers=headers)
+        assert one.status_code == 200
+        assert len((await three).json()["choices"]) == 3
+        # A list of token ids is one prompt: one slot, however long.
+        ids = {"model": "scripted", "prompt": list(range(1, 9)), "max_tokens": 2}
+        assert (await http.post("/v1/completions", json=ids, headers=headers)).status_code == 200
+        _, budget = await new_key(tenancy, tpm=300)
+        # 4 prompts x 2 choices x 40 tokens = 320 reserved, over the whole minute's 300.
+        body = {**completions(4, max_tokens=40), "n": 2}
+        over = await http.post("/v1/completions", json=body, headers=bearer(budget))
+        assert over.status_code == 429 and "tokens per minute" in over.json()["error"]["message"]
+        body = {**completions(1, max_tokens=40), "n": 2}
+        assert (await http.post("/v1/completions", json=body, headers=bearer(budget))).is_success
