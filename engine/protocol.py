@@ -78,6 +78,21 @@ class ImageInput:
     detail: str = "auto"  # OpenAI's `detail`: "auto", "low" or "high"
 
 
+class Tally(Protocol):
+    """Told what the engine counts for one request, as the engine counts it: usage is
+    billed by this, not by what reached the client. A request can end with tokens the
+    engine produced but no output carried (its client left, a stream closed while an
+    output waited), and a prompt is the engine's work from the moment it takes the
+    request, whether or not a token ever comes out."""
+
+    def accepted(self, prompt_tokens: int) -> None:
+        """The engine has taken the request (queued it to run): its prompt counts, once
+        per prompt, whatever `n` is."""
+
+    def generated(self, tokens: int) -> None:
+        """The engine produced `tokens` more output tokens (all choices together)."""
+
+
 @dataclass(slots=True)
 class GenerateRequest:
     """One generation: chat `messages` (rendered by the model's template) or a raw `prompt`."""
@@ -116,6 +131,8 @@ class GenerateRequest:
     # takes it, and before the model does: a sleeping model's wake (engine.warm), so a
     # request that fails its checks never wakes one.
     before_run: Callable[[], Awaitable[None]] | None = None
+    # Where the engine reports what it counts (the HTTP side's usage); None: nobody asks.
+    tally: Tally | None = None
 
 
 @dataclass(slots=True)

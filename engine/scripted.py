@@ -143,6 +143,9 @@ class ScriptedEngine:
         emitted = script[:limit]
         natural_end = len(script) <= limit and not request.sampling.ignore_eos
         self.running.add(request.request_id)
+        tally = request.tally
+        if tally is not None:
+            tally.accepted(prompt_tokens)
         try:
             for position, token in enumerate(emitted):
                 if self.token_delay_s:
@@ -155,6 +158,8 @@ class ScriptedEngine:
                 finish: FinishReason | None = (
                     ("stop" if natural_end else "length") if last else None
                 )
+                if tally is not None:  # produced, whether or not anyone reads it
+                    tally.generated(request.sampling.n)
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=[

@@ -8,9 +8,9 @@ from typing import Any, Protocol
 
 import msgspec
 from litestar import MediaType, Request, Response
-from litestar.response import Stream
 
 from app.routes.disconnect import until_disconnected
+from app.routes.event_stream import EventStream
 from app.services.admission import clamp_priority, client_key
 from app.tenancy.isolation import cache_salt
 from app.tenancy.service import RequestMeter, Tenancy, request_key
@@ -33,7 +33,7 @@ class GenerationService(Protocol):
 
 async def respond(
     request: Request, service: GenerationService, body: Any, body_bytes: int = 0
-) -> Response[bytes] | Stream:
+) -> Response[bytes] | EventStream:
     """`body` is the decoded request; errors raised here map in app.errors."""
     key = request_key(request)
     client = client_key(request, body.user, key.id if key is not None else None)
@@ -50,7 +50,7 @@ async def respond(
         if body.stream:
             # Admission, the queue and the first token: a client gone meanwhile ends them.
             frames = await until_disconnected(request, service.open_stream(body, client, meter))
-            return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+            return EventStream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
         result = await until_disconnected(request, service.complete(body, client, meter))
     except BaseException as exc:
         if meter is not None:

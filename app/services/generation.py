@@ -67,6 +67,9 @@ class Generation(ABC, Generic[StateT]):
         self._completion_tokens = 0
         self._reasoning_tokens = 0
         self.first_output_at: float | None = None  # time.monotonic() of the first output
+        # The engine's own account (it is every engine request's `tally`): what is billed.
+        self.engine_prompt_tokens = 0
+        self.engine_completion_tokens = 0
 
     # ------------------------------------------------------------ the endpoint's shapes
 
@@ -97,6 +100,14 @@ class Generation(ABC, Generic[StateT]):
     @abstractmethod
     def usage_chunk(self, usage: Usage) -> Any:
         """The closing chunk: no choices, and `usage`."""
+
+    # ------------------------------------------------------------ the engine's tally
+
+    def accepted(self, prompt_tokens: int) -> None:
+        self.engine_prompt_tokens += prompt_tokens
+
+    def generated(self, tokens: int) -> None:
+        self.engine_completion_tokens += tokens
 
     # ------------------------------------------------------------ the skeleton
 
@@ -246,6 +257,8 @@ class GenerationService(ABC, Generic[RequestT]):
         policy = self._admission.policy
         check_request_work(generates, engine.model.max_model_len, policy.max_request_tokens)
         generation = self.generation(request, request_id)
+        for generate in generates:
+            generate.tally = generation
         if record is not None:
             record.generation = generation
         return generation, generates, engine

@@ -17,7 +17,7 @@ from typing import Any
 from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import ModelNotFound, TooManyRequests, to_api_error
+from app.errors import ClientDisconnected, ModelNotFound, TooManyRequests, to_api_error
 from app.observability import context
 from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
@@ -84,7 +84,9 @@ def spool_path(settings: Settings) -> Path:
 
 
 def outcome_of(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+    # The client left: before its response began (ClientDisconnected), or the server
+    # cancelled or closed the stream it was reading.
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit | ClientDisconnected):
         return "cancelled"
     if isinstance(exc, Drained):
         return "drained"
@@ -116,8 +118,13 @@ def is_refusal(record: UsageRecord) -> bool:
 
 
 class RequestMeter:
-    """One generation request's usage: read from its `generation` (the skeleton's
-    counters) when it ends, settled against the key's limits, and written."""
+    """One generation request's usage: read from its `generation` when it ends, settled
+    against the key's limits, and written, exactly once (`finish` or `abandon`, whichever
+    comes first; later calls do nothing).
+
+    The tokens billed are the engine's own count (`Generation.engine_*`, reported through
+    each engine request's tally): a prompt counts from the moment the engine took it,
+    output tokens as the engine produced them, read by the client or not."""
 
     __slots__ = (
         "client_request_id",
@@ -128,6 +135,7 @@ class RequestMeter:
         "n",
         "request_id",
         "reservation",
+        "settled",
         "started",
         "tenancy",
         "wall_start",
@@ -144,6 +152,7 @@ class RequestMeter:
         self.client_request_id = http.client_request_id if http is not None else None
         self.reservation: Reservation | None = None
         self.generation: Any = None
+        self.settled = False
         self.started = time.monotonic()
         self.wall_start = time.time()
 
@@ -154,7 +163,8 @@ class RequestMeter:
         if self.generation is not None:
             request_id = self.generation.id
             usage = self.generation.usage()
-            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+            prompt = self.generation.engine_prompt_tokens
+            completion = self.generation.engine_completion_tokens
             cached = usage.prompt_tokens_details.cached_tokens
             reasoning = usage.completion_tokens_details.reasoning_tokens
             first = self.generation.first_output_at
@@ -178,10 +188,13 @@ class RequestMeter:
         )
 
     def _settle(self, record: UsageRecord) -> bool:
-        if self.reservation is None or self.reservation.settled:
+        """True the first time: the caller writes the record."""
+        if self.settled:
             return False
-        used = record.prompt_tokens + record.completion_tokens
-        self.tenancy.limiter.settle(self.reservation, used)
+        self.settled = True
+        if self.reservation is not None:
+            used = record.prompt_tokens + record.completion_tokens
+            self.tenancy.limiter.settle(self.reservation, used)
         return True
 
     async def finish(self, exc: BaseException | None = None) -> None:
