@@ -25,7 +25,7 @@ from app.schemas.messages import (
 )
 from app.services.chat import messages_for_template
 from app.services.image_decoding import image_refs
-from app.services.messages_request import chat_messages, chat_request, check_tool_choice
+from app.services.messages_request import chat_messages, chat_request, check_tools
 from app.services.sampling import resolve_model
 from app.tenancy.service import request_key
 from engine.offload import off_loop
@@ -54,7 +54,7 @@ async def count_message_tokens(request: Request, models: ModelsDep) -> CountToke
     if key is not None and not key.limits.allows_model(body.model):
         raise ModelNotFound(body.model)
     engine = resolve_model(models, body.model)
-    check_tool_choice(body)
+    check_tools(body)
     converted = chat_messages(body)
     images = image_refs(converted)
     if images:

@@ -73,7 +73,7 @@ class MessagesChatRequest(ChatCompletionRequest, kw_only=True):
 
 
 def chat_request(request: MessagesRequest) -> MessagesChatRequest:
-    check_tool_choice(request)
+    check_tools(request)
     stops = list(request.stop_sequences or ())
     user = request.metadata.user_id if request.metadata is not None else None
     tool_choice, parallel = _tool_choice(request.tool_choice)
@@ -236,12 +236,19 @@ def _tool_choice(choice: ToolChoiceParam | None) -> tuple[ToolChoice | None, boo
     return NamedToolChoice(type="function", function=NamedFunction(choice.name)), parallel
 
 
-def check_tool_choice(request: CountTokensRequest) -> None:
-    """Anthropic's wording for the tool-choice mistakes chat would also refuse."""
+def check_tools(request: CountTokensRequest) -> None:
+    """Anthropic's wording for the tool mistakes chat would also refuse (chat checks
+    the schemas), and the same checks for count_tokens."""
+    names: set[str] = set()
+    for position, tool in enumerate(request.tools or ()):
+        if tool.name in names:
+            raise InvalidRequest(
+                f"Duplicate tool name `{tool.name}` in `tools`.", param=f"tools[{position}].name"
+            )
+        names.add(tool.name)
     choice = request.tool_choice
     if isinstance(choice, ToolChoiceNone) or choice is None:
         return
-    names = {tool.name for tool in request.tools or ()}
     if not names:
         raise InvalidRequest(
             f"`tool_choice` of type `{choice.__struct_config__.tag}` needs at least one tool "

@@ -1,0 +1,25 @@
+"""A reader for Anthropic-style event streams: `event: <type>` then `data: <json>`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+
+def read_events(response: httpx.Response) -> list[dict[str, Any]]:
+    """Every event of the stream, in order. Asserts the framing: each event is one
+    `event:` line and one `data:` line whose `type` is that event's name; no `[DONE]`."""
+    events = []
+    for raw in response.text.replace("\r\n", "\n").split("\n\n"):
+        if not raw.strip():
+            continue
+        lines = raw.split("\n")
+        assert len(lines) == 2, f"not an event/data pair: {raw!r}"
+        name, data = lines
+        assert name.startswith("event: ") and data.startswith("data: "), raw
+        payload = json.loads(data[len("data: ") :])
+        assert payload["type"] == name[len("event: ") :], raw
+        events.append(payload)
+    return events
