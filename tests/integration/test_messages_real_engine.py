@@ -77,20 +77,27 @@ async def test_max_tokens_over_the_room_is_clamped(
     sdk: anthropic.AsyncAnthropic, real_client: AppClient
 ) -> None:
     # A prompt that leaves a few tokens of the 2048 context, and a hosted-model budget.
-    filler = "one two three four five six seven eight nine ten " * 150
-    base = (await sdk.messages.count_tokens(model=MODEL, messages=ASK)).input_tokens
-    per = (
-        await sdk.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": filler}])
-    ).input_tokens - base
-    repeats = (2048 - base - 8) // per
-    content = filler * repeats + "What is the capital of France?"
-    messages = [{"role": "user", "content": content}]
-    prompt = (await sdk.messages.count_tokens(model=MODEL, messages=messages)).input_tokens
-    assert 0 < 2048 - prompt < 64
+    async def prompt_tokens(words: int) -> tuple[list[dict[str, str]], int]:
+        messages = [{"role": "user", "content": "hello " * words + "Who are you?"}]
+        counted = await sdk.messages.count_tokens(model=MODEL, messages=messages)
+        return messages, counted.input_tokens
+
+    _, at_100 = await prompt_tokens(100)
+    _, at_200 = await prompt_tokens(200)
+    per_word = (at_200 - at_100) / 100
+    words = int(100 + (2048 - 16 - at_100) / per_word)
+    messages, prompt = await prompt_tokens(words)
+    for _ in range(4):  # step to within a few tokens of the target
+        if 0 < 2048 - prompt < 32:
+            break
+        words += int((2048 - 16 - prompt) / per_word)
+        messages, prompt = await prompt_tokens(words)
+    assert 0 < 2048 - prompt < 32
     raw = await sdk.messages.with_raw_response.create(
         model=MODEL,
         max_tokens=32000,
         messages=messages,
+        timeout=120,  # explicit: the SDK refuses a non-streamed 32,000 on its default
     )
     assert raw.headers["x-max-tokens-clamped"] == str(2048 - prompt)
     message = raw.parse()
