@@ -1,4 +1,5 @@
-"""A reader for Anthropic-style event streams: `event: <type>` then `data: <json>`."""
+"""The Anthropic side of the tests: a reader for its event streams (`event: <type>`
+then `data: <json>`), and its SDK over the app in-process."""
 
 from __future__ import annotations
 
@@ -23,3 +24,17 @@ def read_events(response: httpx.Response) -> list[dict[str, Any]]:
         assert payload["type"] == name[len("event: ") :], raw
         events.append(payload)
     return events
+
+
+def anthropic_sdk(app: Any, timeout: float = 120.0) -> Any:
+    """The real Anthropic SDK talking to `app` in-process. The SDK runs on `httpx2` (it
+    refuses an `httpx` client), so it gets its own ASGI transport."""
+    import anthropic
+    import httpx2
+
+    http = httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app), base_url="http://test", timeout=timeout
+    )
+    return anthropic.AsyncAnthropic(
+        base_url="http://test", api_key="unused", http_client=http, max_retries=0
+    )

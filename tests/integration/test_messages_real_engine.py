@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
+from tests.anthropic_sse import anthropic_sdk
 from tests.client import AppClient
 
 MODEL = DEFAULT_MODEL_NAME  # "HuggingFaceTB/SmolLM2-135M-Instruct": an id with a `/`
@@ -26,9 +27,8 @@ WEATHER = {
 
 @pytest.fixture
 def sdk(real_client: AppClient) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(
-        base_url="http://test", api_key="unused", http_client=real_client, max_retries=0
-    )
+    sdk: anthropic.AsyncAnthropic = anthropic_sdk(real_client.app)
+    return sdk
 
 
 async def test_create(sdk: anthropic.AsyncAnthropic) -> None:

@@ -17,7 +17,7 @@ from app.settings import Settings
 from engine.errors import EngineError
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ToolCallDelta
 from engine.scripted import ScriptedEngine
-from tests.anthropic_sse import read_events
+from tests.anthropic_sse import anthropic_sdk, read_events
 from tests.client import app_client
 
 URL = "/v1/messages"
@@ -521,3 +521,32 @@ async def test_retrieve_model_with_a_slash_in_its_id() -> None:
         missing = await http.get("/v1/models/org/other")
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "model_not_found"
+
+
+async def _sdk_final(engine: ScriptedEngine, **fields: Any) -> tuple[Any, Any]:
+    """The Anthropic SDK's own parse of a whole message and of its stream's accumulation."""
+    request = {"model": "scripted", "max_tokens": 16, "messages": USER, **fields}
+    async with app_client(engine) as http:
+        sdk = anthropic_sdk(http.app)
+        whole = await sdk.messages.create(**request)
+        async with sdk.messages.stream(**request) as stream:
+            streamed = await stream.get_final_message()
+    return whole, streamed
+
+
+async def test_the_sdk_reads_thinking_and_tool_use_alike_whole_and_streamed() -> None:
+    for steps, kinds in (
+        (THINK_THEN_ANSWER, ["thinking", "text"]),
+        (TOOL_CALL, ["text", "tool_use"]),
+    ):
+        whole, streamed = await _sdk_final(StepEngine(steps), tools=[WEATHER_TOOL])
+        assert [block.type for block in whole.content] == kinds
+        # The stream's accumulator adds `parsed_output` (None) to text blocks.
+        dumps = [
+            [b.model_dump(exclude={"parsed_output"}) for b in m.content] for m in (whole, streamed)
+        ]
+        assert dumps[0] == dumps[1]
+        assert streamed.stop_reason == whole.stop_reason
+        assert streamed.usage.output_tokens == whole.usage.output_tokens == 4
+        assert streamed.usage.input_tokens == whole.usage.input_tokens == 3
+    assert whole.content[1].input == {"city": "Paris"}
