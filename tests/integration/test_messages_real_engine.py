@@ -12,6 +12,9 @@ from engine.checkpoint import DEFAULT_MODEL_NAME
 from tests.anthropic_sse import anthropic_sdk
 from tests.client import AppClient
 
+# The SDK no longer takes sampling parameters (newer API versions dropped them); the
+# server still does, so greedy decoding travels in the body.
+GREEDY = {"temperature": 0}
 MODEL = DEFAULT_MODEL_NAME  # "HuggingFaceTB/SmolLM2-135M-Instruct": an id with a `/`
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
 WEATHER = {
@@ -37,7 +40,7 @@ async def test_create(sdk: anthropic.AsyncAnthropic) -> None:
         max_tokens=6,
         system="Answer in one short sentence.",
         messages=ASK,
-        temperature=0,
+        extra_body=GREEDY,
         metadata={"user_id": "tester"},
     )
     assert message.type == "message" and message.role == "assistant"
@@ -51,7 +54,7 @@ async def test_stream_matches_the_final_message(sdk: anthropic.AsyncAnthropic) -
         model=MODEL,
         max_tokens=6,
         messages=ASK,
-        temperature=0,
+        extra_body=GREEDY,
         stop_sequences=["\n\n"],
     ) as stream:
         text = "".join([piece async for piece in stream.text_stream])
@@ -113,7 +116,7 @@ async def test_forced_tool_use_and_its_result(sdk: anthropic.AsyncAnthropic) -> 
         messages=ask,
         tools=[WEATHER],
         tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
-        temperature=0,
+        extra_body=GREEDY,
     )
     assert first.stop_reason == "tool_use"
     calls = [block for block in first.content if block.type == "tool_use"]
@@ -134,7 +137,7 @@ async def test_forced_tool_use_and_its_result(sdk: anthropic.AsyncAnthropic) -> 
         max_tokens=12,
         messages=followup,
         tools=[WEATHER],
-        temperature=0,
+        extra_body=GREEDY,
     )
     assert second.content and second.usage.input_tokens > first.usage.input_tokens
 
