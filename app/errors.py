@@ -14,6 +14,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
+from app.anthropic_errors import encode_anthropic, is_anthropic_path
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong
@@ -150,12 +151,19 @@ def _join(path: str, field: str) -> str:
     return ".".join(part for part in (path, field) if part)
 
 
-def error_response(error: APIError) -> Response[bytes]:
+def error_response(error: APIError, anthropic: bool = False) -> Response[bytes]:
+    """`anthropic`: the body in Anthropic's shape (its Messages API routes); the status
+    and headers are the same."""
     headers = {}
     if error.retry_after is not None:
         headers["Retry-After"] = str(error.retry_after)
+    content = (
+        encode_anthropic(error.status_code, error.message, error.param)
+        if anthropic
+        else encode_error(error.body())
+    )
     return Response(
-        content=encode_error(error.body()),
+        content=content,
         status_code=error.status_code,
         media_type=MediaType.JSON,
         headers=headers,
@@ -207,22 +215,26 @@ _HTTP_TYPES = {
 }
 
 
-def _http_exception_handler(_: Request, exc: HTTPException) -> Response[bytes]:
+def _http_exception_handler(request: Request, exc: HTTPException) -> Response[bytes]:
     status = exc.status_code
+    anthropic = is_anthropic_path(request.url.path)
     if status >= 500:
-        return error_response(to_api_error(exc))
+        return error_response(to_api_error(exc), anthropic)
+    if anthropic:
+        body_bytes = encode_anthropic(status, exc.detail)
+        return Response(body_bytes, status_code=status, media_type=MediaType.JSON)
     code = "not_found" if status == 404 else None
     error_type = _HTTP_TYPES.get(status, "invalid_request_error")
     body = ErrorBody(message=exc.detail, type=error_type, code=code)
     return Response(encode_error(body), status_code=status, media_type=MediaType.JSON)
 
 
-def _any_exception_handler(_: Request, exc: Exception) -> Response[bytes]:
+def _any_exception_handler(request: Request, exc: Exception) -> Response[bytes]:
     error = to_api_error(exc)
     record = context.current()
     if record is not None:  # the access line's outcome
         record.outcome = error.code or error.error_type
-    return error_response(error)
+    return error_response(error, is_anthropic_path(request.url.path))
 
 
 exception_handlers = {

@@ -38,12 +38,14 @@ from app.routes.admin_models import admin_models_router
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.health import health, liveness, metrics
-from app.routes.models import list_models
+from app.routes.messages import count_message_tokens, create_message
+from app.routes.models import list_models, retrieve_model
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
+from app.services.messages import MessagesService
 from app.settings import Settings
 from app.tenancy.middleware import AuthMiddleware
 from app.tenancy.service import Tenancy
@@ -190,21 +192,26 @@ def create_app(
             await host.shutdown()
 
     admission.observers.append(_note_queue_wait)
+    images = ImageLoader(ImageLimits.from_settings(settings))
     services = {
         "engine": host,
         "models": models,
         "admission": admission,
-        "chat": ChatService(models, admission, ImageLoader(ImageLimits.from_settings(settings))),
+        "chat": ChatService(models, admission, images),
         "completions": CompletionService(models, admission),
+        "messages": MessagesService(models, admission, images),
         "registry": server_metrics.registry,
     }
     app = Litestar(
         route_handlers=[
             create_chat_completion,
             create_completion,
+            create_message,
+            count_message_tokens,
             tokenize,
             detokenize,
             list_models,
+            retrieve_model,
             health,
             liveness,
             metrics,
@@ -257,8 +264,15 @@ def cors_config(settings: Settings) -> CORSConfig | None:
     return CORSConfig(
         allow_origins=list(settings.allowed_origins),
         allow_methods=["GET", "POST", "OPTIONS"],
-        allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
-        expose_headers=["X-Request-Id", "Retry-After"],
+        allow_headers=[
+            "Authorization",
+            "Content-Type",
+            "X-Request-Id",
+            "X-Api-Key",
+            "Anthropic-Version",
+            "Anthropic-Beta",
+        ],
+        expose_headers=["X-Request-Id", "Retry-After", "X-Max-Tokens-Clamped"],
     )
 
 

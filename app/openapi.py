@@ -9,6 +9,7 @@ tests/unit/app/test_openapi.py holds the table to the app's routes.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -20,7 +21,15 @@ from app.routes.admin_keys import KeyChanges
 from app.schemas.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from app.schemas.completions import Completion, CompletionRequest
 from app.schemas.errors import ErrorEnvelope
-from app.schemas.models import ModelList
+from app.schemas.messages import (
+    AnthropicErrorEnvelope,
+    CountTokensRequest,
+    CountTokensResponse,
+    MessageResponse,
+    MessagesRequest,
+    StreamEvent,
+)
+from app.schemas.models import ModelCard, ModelList
 from app.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -56,11 +65,25 @@ class Route:
     body: type | None = None
     ok: type | dict[str, Any] | None = None  # a Struct, or an inline schema
     ok_media: str = JSON
-    streams: type | None = None  # the chunk type of `stream: true`
+    streams: Any = None  # the chunk type of `stream: true` (a Struct, or a union of them)
     errors: tuple[str, ...] = ("400", "404", "429", "500", "503")
     tags: tuple[str, ...] = field(default=())
     # (name, where, JSON schema): path and query parameters
     params: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    error_body: type = ErrorEnvelope  # Anthropic's routes answer in Anthropic's shape
+    stream_text: str = (
+        "Server-sent events: `data: <{name}>` per chunk, `data: <ErrorEnvelope>` if the "
+        "engine fails mid-stream, then `data: [DONE]`."
+    )
+
+
+ANTHROPIC_STREAM = (
+    "Server-sent events as Anthropic sends them: `event: <type>` and `data: <{name}>` "
+    "(message_start, ping, content_block_start / _delta / _stop, message_delta, "
+    "message_stop); `event: error` with `data: <AnthropicErrorEnvelope>` if the engine "
+    "fails mid-stream."
+)
+BETA = ("beta", "query", {"type": "string"})  # Anthropic SDKs' `?beta=true`: accepted
 
 
 ROUTES = (
@@ -96,7 +119,37 @@ ROUTES = (
         DetokenizeResponse,
         errors=("400", "404", "503"),
     ),
+    Route(
+        "post",
+        "/v1/messages",
+        "Anthropic Messages API: a message, whole or streamed (SSE); `max_tokens` over "
+        "the context's room is clamped (`X-Max-Tokens-Clamped`)",
+        MessagesRequest,
+        MessageResponse,
+        streams=StreamEvent,
+        error_body=AnthropicErrorEnvelope,
+        stream_text=ANTHROPIC_STREAM,
+        params=(BETA,),
+    ),
+    Route(
+        "post",
+        "/v1/messages/count_tokens",
+        "Anthropic Messages API: the input tokens of a request",
+        CountTokensRequest,
+        CountTokensResponse,
+        errors=("400", "404", "503"),
+        error_body=AnthropicErrorEnvelope,
+        params=(BETA,),
+    ),
     Route("get", "/v1/models", "The served models", ok=ModelList, errors=()),
+    Route(
+        "get",
+        "/v1/models/{model_id}",
+        "One served model (its id may contain `/`)",
+        ok=ModelCard,
+        errors=("404",),
+        params=(MODEL_ID,),
+    ),
     Route(
         "get",
         "/health",
@@ -208,6 +261,23 @@ def _ref(kind: type) -> dict[str, Any]:
     return {"$ref": REF.format(name=kind.__name__)}
 
 
+def _name(kind: Any) -> str:
+    return getattr(kind, "__name__", "StreamEvent")
+
+
+def _event_schema(kind: Any) -> dict[str, Any]:
+    """A chunk Struct's reference, or for a union of event Structs one of theirs."""
+    if isinstance(kind, type):
+        return _ref(kind)
+    return {"oneOf": [_ref(member) for member in typing.get_args(kind)]}
+
+
+def _kinds(kind: Any) -> list[type]:
+    if kind is None or isinstance(kind, dict):
+        return []
+    return [kind] if isinstance(kind, type) else list(typing.get_args(kind))
+
+
 def _schema(kind: type | dict[str, Any]) -> dict[str, Any]:
     return kind if isinstance(kind, dict) else _ref(kind)
 
@@ -220,19 +290,15 @@ def _operation(route: Route) -> dict[str, Any]:
         ok_content[SSE] = {
             "schema": {
                 "type": "string",
-                "description": (
-                    f"Server-sent events: `data: <{route.streams.__name__}>` per chunk, "
-                    "`data: <ErrorEnvelope>` if the engine fails mid-stream, then "
-                    "`data: [DONE]`."
-                ),
+                "description": route.stream_text.format(name=_name(route.streams)),
             },
-            "x-event-schema": _ref(route.streams),
+            "x-event-schema": _event_schema(route.streams),
         }
     responses: dict[str, Any] = {"200": {"description": "OK", "content": ok_content}}
     for status in route.errors:
         responses[status] = {
             "description": ERRORS[status],
-            "content": {JSON: {"schema": _ref(ErrorEnvelope)}},
+            "content": {JSON: {"schema": _ref(route.error_body)}},
         }
     operation: dict[str, Any] = {"summary": route.summary, "responses": responses}
     path_id = route.path.replace("/", "_").replace("{", "").replace("}", "")
@@ -255,9 +321,10 @@ def document() -> dict[str, Any]:
     kinds = {
         kind
         for route in ROUTES
-        for kind in (route.body, route.ok, route.streams)
-        if isinstance(kind, type)
+        for part in (route.body, route.ok, route.streams)
+        for kind in _kinds(part)
     }
+    kinds.update(route.error_body for route in ROUTES)
     kinds.add(ErrorEnvelope)
     _, components = msgspec.json.schema_components(
         sorted(kinds, key=lambda k: k.__name__), ref_template=REF
@@ -267,7 +334,11 @@ def document() -> dict[str, Any]:
         paths.setdefault(route.path, {})[route.method] = _operation(route)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "lilac-serve", "version": "1", "summary": "OpenAI-compatible API"},
+        "info": {
+            "title": "lilac-serve",
+            "version": "1",
+            "summary": "OpenAI-compatible API, and Anthropic's Messages API",
+        },
         "paths": paths,
         "components": {"schemas": components},
     }

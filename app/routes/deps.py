@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
+from app.services.messages import MessagesService
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
 from engine.warm.pool import ModelPool
@@ -25,4 +26,5 @@ ModelsDep = Annotated[ModelPool, _app_wide]  # parameter `models`: each served m
 AdmissionDep = Annotated[AdmissionController, _app_wide]  # parameter `admission`
 ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
 CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completions`
+MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`

@@ -89,11 +89,13 @@ def check_request_work(
 
 def client_key(request: Request, user: str | None, key_id: str | None = None) -> str:
     """Whom fairness counts a request against: the authenticated key's id when there
-    is one (nothing the client can vary), else its bearer token (hashed: the token
-    itself is never kept), else the `user` field, else the peer address."""
+    is one (nothing the client can vary), else its bearer token or `x-api-key` (hashed:
+    the token itself is never kept), else the `user` field, else the peer address."""
     if key_id is not None:
         return "key:" + key_id
     authorization = request.headers.get("authorization", "")
+    if not authorization and request.headers.get("x-api-key"):
+        authorization = "Bearer " + request.headers["x-api-key"]
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return "key:" + hashlib.sha256(token.strip().encode()).hexdigest()[:16]

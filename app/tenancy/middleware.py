@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from app.anthropic_errors import encode_anthropic, is_anthropic_path
 from app.tenancy.auth import InvalidKey, KeyStoreUnavailable
 
 if TYPE_CHECKING:
@@ -22,11 +23,15 @@ SCOPE_KEY = "lilac.key"
 # probes and Prometheus call them without one, and they hold no tenant's data.
 OPEN_PATHS = frozenset({"/health", "/health/live", "/metrics"})
 
+_INVALID_MESSAGE = (
+    "Incorrect API key provided. Send a valid key as `Authorization: Bearer <key>` "
+    "or `x-api-key: <key>`."
+)
+_UNAVAILABLE_MESSAGE = "The key store is unavailable; try again shortly."
 _INVALID = msgspec.json.encode(
     {
         "error": {
-            "message": "Incorrect API key provided. Send a valid key as "
-            "`Authorization: Bearer <key>`.",
+            "message": _INVALID_MESSAGE,
             "type": "invalid_request_error",
             "param": None,
             "code": "invalid_api_key",
@@ -36,7 +41,7 @@ _INVALID = msgspec.json.encode(
 _UNAVAILABLE = msgspec.json.encode(
     {
         "error": {
-            "message": "The key store is unavailable; try again shortly.",
+            "message": _UNAVAILABLE_MESSAGE,
             "type": "service_unavailable",
             "param": None,
             "code": "key_store_unavailable",
@@ -50,6 +55,21 @@ def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
+
+
+def credentials(scope: dict[str, Any]) -> bytes | None:
+    """The `Authorization` header, else an `x-api-key` (how Anthropic's SDKs send the
+    key) as if it were `Bearer <key>`."""
+    authorization = _header(scope, b"authorization")
+    if authorization is not None:
+        return authorization
+    api_key = _header(scope, b"x-api-key")
+    return b"Bearer " + api_key if api_key is not None else None
+
+
+def _refusal(path: str, status: int, openai_body: bytes, message: str) -> bytes:
+    """The body of a refusal: Anthropic's shape on its routes, OpenAI's elsewhere."""
+    return encode_anthropic(status, message) if is_anthropic_path(path) else openai_body
 
 
 async def _answer(send: Any, status: int, body: bytes, extra: list[Any]) -> None:
@@ -69,12 +89,14 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            key = await self.tenancy.auth.authenticate(_header(scope, b"authorization"))
+            key = await self.tenancy.auth.authenticate(credentials(scope))
         except InvalidKey:
-            await _answer(send, 401, _INVALID, [(b"www-authenticate", b"Bearer")])
+            body = _refusal(path, 401, _INVALID, _INVALID_MESSAGE)
+            await _answer(send, 401, body, [(b"www-authenticate", b"Bearer")])
             return
         except KeyStoreUnavailable:
-            await _answer(send, 503, _UNAVAILABLE, [(b"retry-after", b"1")])
+            body = _refusal(path, 503, _UNAVAILABLE, _UNAVAILABLE_MESSAGE)
+            await _answer(send, 503, body, [(b"retry-after", b"1")])
             return
         if key is None:
             await self.app(scope, receive, send)
