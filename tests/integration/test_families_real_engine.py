@@ -49,17 +49,19 @@ class ForcedOutputEngine(VLLMEngine):
 
     async def start(self) -> None:
         await super().start()
-        submit = self._llm.generate
+        submit = self._llm.add_request
 
-        def generate(prompt: dict[str, Any], params: Any, request_id: str, **kwargs: Any) -> Any:
+        async def add_request(
+            request_id: str, prompt: dict[str, Any], params: Any, **kwargs: Any
+        ) -> Any:
             ids = prompt["prompt_token_ids"]
             self.last_prompt = self._tokenizer.decode(ids, skip_special_tokens=False)
             if self.regex is not None:
                 self._force(params)
                 kwargs["reasoning_ended"] = True  # constrain from the first token
-            return submit(prompt, params, request_id, **kwargs)
+            return await submit(request_id, prompt, params, **kwargs)
 
-        self._llm.generate = generate
+        self._llm.add_request = add_request
 
     def _force(self, params: Any) -> None:
         """The reasoning markers are what is forced, each as its single token."""
