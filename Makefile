@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model postgres serve test lint format docs bench bench-save load soak burst fleet-demo warm-bench clean
+.PHONY: install model postgres serve test lint format docs bench bench-save load soak burst attacks fleet-demo warm-bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,13 @@ soak: model
 BURST_ARGS ?=
 burst: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.burst $(BURST_ARGS)
+
+# The attack matrix (minutes; see perf/RESULTS.md): one key floods a server with `--auth
+# keys` (64-prompt completions, 256 streams, the largest n x max_tokens, long prompts, bad
+# requests) while another sends a request a second. ATTACK_ARGS adds options (--seconds).
+ATTACK_ARGS ?=
+attacks: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.attacks $(ATTACK_ARGS)
 
 # Two replicas on the default model behind sglang-router; one owner comes back mid-load
 # (minutes; prints the figures; see docs/fleet.md). FLEET_ARGS adds options.

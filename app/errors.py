@@ -16,6 +16,7 @@ from litestar.exceptions import HTTPException
 
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
+from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong
 from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import (
     EngineError,
@@ -23,6 +24,7 @@ from engine.errors import (
     EngineUnavailable,
     ModelStateConflict,
     ModelWakeFailed,
+    WakeLimited,
 )
 
 log = logging.getLogger("lilac.errors")
@@ -170,6 +172,8 @@ def to_api_error(exc: Exception) -> APIError:
         return exc
     if isinstance(exc, msgspec.DecodeError):
         return invalid_request_from_decode_error(exc)
+    if isinstance(exc, ModelNameTooLong):
+        return ModelNotFound(exc.model[:MAX_MODEL_CHARS] + "...")
     if isinstance(exc, EngineRequestError):
         return InvalidRequest(exc.message, param=exc.param, code=exc.code)
     if isinstance(exc, AdmissionRejected):
@@ -180,6 +184,8 @@ def to_api_error(exc: Exception) -> APIError:
         return ServiceUnavailable(exc.message, exc.retry_after_s, code="draining")
     if isinstance(exc, ModelWakeFailed):
         return ServiceUnavailable(exc.message, exc.retry_after_s, code="model_wake_failed")
+    if isinstance(exc, WakeLimited):
+        return TooManyRequests(exc.message, exc.retry_after_s, code="wake_limit_exceeded")
     if isinstance(exc, ModelStateConflict):
         return Conflict(exc.message, code="model_state_conflict")
     if isinstance(exc, EngineUnavailable):

@@ -10,6 +10,7 @@ the other routes get what they need by dependency injection."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -27,7 +28,7 @@ from app.errors import exception_handlers
 from app.loop_lag import LoopLagMonitor
 from app.model_specs import engine_settings, model_specs
 from app.observability import context, logs
-from app.observability.metrics import ServerMetrics
+from app.observability.metrics import ServerMetrics, UsageWriterCollector
 from app.observability.middleware import RequestObserver
 from app.observability.warm_metrics import WarmMetrics
 from app.openapi import openapi_json
@@ -119,7 +120,10 @@ def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
     settings declare. The first keeps vLLM's `vllm:` series (another AsyncLLM with the
     stat logger would unregister them)."""
     sleeper: Sleeper = VLLMSleeper() if settings.on_gpu else PauseSleeper()
-    pool = ModelPool(sleeper, budget_gib=settings.memory_budget_gib)
+    wakes = settings.max_wakes_per_minute if settings.max_wakes_per_minute > 0 else None
+    pool = ModelPool(
+        sleeper, budget_gib=settings.memory_budget_gib, wakes_per_client_per_minute=wakes
+    )
     if engine is not None:
         pool.add(engine)
         return pool
@@ -159,6 +163,8 @@ def create_app(
     WarmMetrics(server_metrics.registry, models)
     loop_lag = LoopLagMonitor(server_metrics.registry)
     tenancy = tenancy or Tenancy.from_settings(settings)
+    if tenancy.writer is not None:
+        server_metrics.registry.register(UsageWriterCollector(tenancy.writer))
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -312,6 +318,12 @@ async def _start_engine(host: PoolHost) -> None:
         await host.start()
         names = [name for model in host.pool.models for name in model.model.served_names]
         log.info("engine ready: serving %s", ", ".join(names))
+        # What start-up built (modules, the engine, the tokenizer) lives as long as the
+        # server: out of the collector's reach, a full collection (triggered by any
+        # request that allocates much, on whichever thread) scans only what requests
+        # made, and no longer holds the GIL and the event loop for tens of milliseconds.
+        gc.collect()
+        gc.freeze()
     except Exception as exc:
         # A server that cannot load its model must not linger half-alive. The cause in
         # one line (vLLM wraps it: the innermost error says what went wrong); the

@@ -124,6 +124,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             default_doc="none (no budget)",
         ),
     ] = None
+    max_wakes_per_minute: Annotated[
+        int,
+        Flag(
+            "wakes of sleeping models one client (with `--auth keys`: one key) may start "
+            "per minute; over it, 429 `wake_limit_exceeded`; `0`: no limit"
+        ),
+    ] = 6
     tool_call_parser: Annotated[
         str | None,
         Flag(
@@ -226,7 +233,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     ] = _POLICY.throttled_concurrent
     max_queued: Annotated[
         int,
-        Flag("requests waiting in all (shared equally while several clients wait)", **_ADMISSION),
+        Flag(
+            "requests waiting in all (shared equally while several clients wait; a quarter "
+            "held for clients with nothing queued)",
+            **_ADMISSION,
+        ),
     ] = _POLICY.max_queued
     queue_timeout: Annotated[float, Flag("seconds a request may wait", **_ADMISSION)] = (
         _POLICY.queue_timeout_s
@@ -301,8 +312,21 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = None
     data_dir: Annotated[
-        str, Flag("where the server keeps its SQLite database and usage spool", section="tenants")
+        str,
+        Flag(
+            "where the server keeps its SQLite database and usage spool (created on first use)",
+            section="tenants",
+        ),
     ] = "~/.local/share/lilac-serve"
+    key_cache_outage_s: Annotated[
+        float,
+        Flag(
+            "seconds a key the database confirmed keeps working from the cache while the "
+            "database is unreachable; past it, and for a key not seen before, 503 "
+            "`key_store_unavailable`",
+            section="tenants",
+        ),
+    ] = 300.0
     config: Annotated[
         str | None,
         Flag(

@@ -73,3 +73,10 @@ def truncated(prompt_ids: list[int], request: GenerateRequest, max_model_len: in
             param="truncate_prompt_tokens",
         )
     return prompt_ids[-keep:] if keep else []
+
+
+async def checked(request: GenerateRequest) -> None:
+    """The request has passed the engine's checks: run its `before_run` (a sleeping
+    model wakes here) before the model takes it."""
+    if request.before_run is not None:
+        await request.before_run()

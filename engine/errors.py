@@ -59,6 +59,16 @@ class ModelWakeFailed(EngineError):
         self.retry_after_s = retry_after_s
 
 
+class WakeLimited(EngineError):
+    """The client has started as many wakes of sleeping models as it may for now
+    (engine.warm.wakes); the model stays asleep."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
 class ModelStateConflict(EngineError):
     """An operator's sleep or wake the model's state refuses (pinned, busy, yielded)."""
 

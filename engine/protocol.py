@@ -9,7 +9,7 @@ with canned tokens for fast tests and benchmarks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -78,6 +78,21 @@ class ImageInput:
     detail: str = "auto"  # OpenAI's `detail`: "auto", "low" or "high"
 
 
+class Tally(Protocol):
+    """Told what the engine counts for one request, as the engine counts it: usage is
+    billed by this, not by what reached the client. A request can end with tokens the
+    engine produced but no output carried (its client left, a stream closed while an
+    output waited), and a prompt is the engine's work from the moment it takes the
+    request, whether or not a token ever comes out."""
+
+    def accepted(self, prompt_tokens: int) -> None:
+        """The engine has taken the request (queued it to run): its prompt counts, once
+        per prompt, whatever `n` is."""
+
+    def generated(self, tokens: int) -> None:
+        """The engine produced `tokens` more output tokens (all choices together)."""
+
+
 @dataclass(slots=True)
 class GenerateRequest:
     """One generation: chat `messages` (rendered by the model's template) or a raw `prompt`."""
@@ -109,6 +124,15 @@ class GenerateRequest:
     # Images, in the order their `{"type": "image"}` parts appear in `messages` (a message
     # with images has its content as a list of `text` and `image` parts).
     images: list[ImageInput] = field(default_factory=list)
+    # Scopes the prefix cache: a request reuses cached prompt blocks only of requests
+    # with the same salt (vLLM's `cache_salt`). None: the cache shared by every request.
+    cache_salt: str | None = None
+    # Awaited once the request has passed every check the engine makes before the model
+    # takes it, and before the model does: a sleeping model's wake (engine.warm), so a
+    # request that fails its checks never wakes one.
+    before_run: Callable[[], Awaitable[None]] | None = None
+    # Where the engine reports what it counts (the HTTP side's usage); None: nobody asks.
+    tally: Tally | None = None
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from engine.checks import output_budget, require_image_input, require_ready
+from engine.checks import checked, output_budget, require_image_input, require_ready
 from engine.errors import EngineRequestError
 from engine.protocol import (
     ChoiceDelta,
@@ -135,13 +135,17 @@ class ScriptedEngine:
         require_ready(self)
         if request.images:
             require_image_input(self._model)
-        self.requests.append(request)
         prompt_tokens = self.prompt_tokens(request)
         limit = output_budget(prompt_tokens, request.sampling.max_tokens, self._model.max_model_len)
+        await checked(request)
+        self.requests.append(request)
         script = self.tokens if request.sampling.ignore_eos is False else self._cycled(limit)
         emitted = script[:limit]
         natural_end = len(script) <= limit and not request.sampling.ignore_eos
         self.running.add(request.request_id)
+        tally = request.tally
+        if tally is not None:
+            tally.accepted(prompt_tokens)
         try:
             for position, token in enumerate(emitted):
                 if self.token_delay_s:
@@ -154,6 +158,8 @@ class ScriptedEngine:
                 finish: FinishReason | None = (
                     ("stop" if natural_end else "length") if last else None
                 )
+                if tally is not None:  # produced, whether or not anyone reads it
+                    tally.generated(request.sampling.n)
                 yield GenerateOutput(
                     prompt_tokens=prompt_tokens,
                     choices=[

@@ -5,7 +5,7 @@ day of owner activity and Poisson request arrivals; a simple batching model stan
 for the engine. Policies are compared on owner interference (seconds of inference while
 the owner is active), goodput and rejected requests.
 
-    python -m perf.admission_sim            # the README table
+    python -m perf.admission_sim            # the table in docs/admission.md
 """
 
 from __future__ import annotations
@@ -76,6 +76,10 @@ class Workload:
     stream_tok_s: float = 40.0  # one request's decode speed alone
     batch_tok_s: float = 1200.0  # the engine's total decode speed when batching
     wake_s: float = 5.0  # engine back from sleep to first token (weights reloaded)
+    # One more client that floods: requests of `flood_prompts` tickets each (a
+    # multi-prompt completion), arriving at this rate, on top of the others.
+    flood_rate_per_s: float = 0.0
+    flood_prompts: int = 64
 
 
 # ---------------------------------------------------------------- the run
@@ -92,6 +96,11 @@ class Result:
     offered: int = 0
     yields: int = 0
     lent_s: float = 0.0  # time spent admitting (SERVING or THROTTLED)
+    # Refused while admitting (queue full, over its share, timed out), by who:
+    # the flooding client, and everyone else.
+    flood_refused: int = 0
+    others_refused: int = 0
+    refused_with_nothing_queued: int = 0  # at the door, by a client holding nothing queued
 
 
 @dataclass
@@ -142,17 +151,23 @@ def simulate(
             if transition.source is State.YIELDED:
                 paused_until = now + work.wake_s
         cap = 0 if now < paused_until else policy.cap(machine.state)
-        # Arrivals.
-        for _ in range(_poisson(rng, work.rate_per_s * dt)):
+        # Arrivals: each a ticket of one of the clients, then the flood's tickets.
+        base = _poisson(rng, work.rate_per_s * dt)
+        flood = 0
+        if work.flood_rate_per_s:
+            flood = _poisson(rng, work.flood_rate_per_s * dt) * work.flood_prompts
+        for arrival in range(base + flood):
             ids += 1
             result.offered += 1
             prompt = rng.randint(*work.prompt_tokens)
             output = rng.randint(*work.output_tokens)
-            ticket = Ticket(ids, f"c{rng.randrange(work.clients)}", 0, prompt + output, now, 0.0)
+            client = f"c{rng.randrange(work.clients)}" if arrival < base else "flood"
+            ticket = Ticket(ids, client, 0, prompt + output, now, 0.0)
             ticket.deadline = now + policy.queue_timeout_s
             if machine.state not in ADMITTING:
                 result.rejected += 1
                 continue
+            had_nothing = queue.queued_by(client) == 0
             try:
                 if queue.offer(ticket, cap):
                     running[ticket.id] = _Running(ticket, float(output))
@@ -160,7 +175,12 @@ def simulate(
                     outputs[ticket.id] = output  # queued: runs when admitted
             except AdmissionRejected:
                 result.rejected += 1
-        result.rejected += len(queue.expire(now))
+                result.refused_with_nothing_queued += had_nothing
+                _count_refused(result, client)
+        for ticket in queue.expire(now):
+            result.rejected += 1
+            outputs.pop(ticket.id, None)
+            _count_refused(result, ticket.client)
         for ticket in queue.admit_ready(cap):
             running[ticket.id] = _Running(ticket, float(outputs.pop(ticket.id)))
         # Progress of the batch.
@@ -180,6 +200,13 @@ def simulate(
         if machine.state in ADMITTING:
             result.lent_s += dt
     return result
+
+
+def _count_refused(result: Result, client: str) -> None:
+    if client == "flood":
+        result.flood_refused += 1
+    else:
+        result.others_refused += 1
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -231,7 +258,24 @@ def table(seed: int) -> str:
             f"| {r.drained} | {r.rejected} ({100 * r.rejected / max(1, r.offered):.1f}%) "
             f"| {r.yields} | {r.lent_s / 3600:.1f} |"
         )
+    lines += ["", flood_line(seed)]
     return "\n".join(lines)
+
+
+def flood_line(seed: int) -> str:
+    """The default policy for an hour of an idle owner, with a ninth client sending a
+    64-prompt request every second on top of the eight ordinary ones."""
+    work = replace(Workload(), flood_rate_per_s=1.0)
+    r = simulate(policies()[_DEFAULT], [Segment(0.0, GpuSample())], work, seed, duration_s=3600)
+    return (
+        f"With a ninth client flooding (a 64-prompt request a second, an hour, owner idle): "
+        f"the flood's tickets refused {r.flood_refused}, the other clients' {r.others_refused} "
+        f"(each while it had requests queued already; refused with nothing queued: "
+        f"{r.refused_with_nothing_queued})."
+    )
+
+
+_DEFAULT = "default (grace 30 s, hysteresis 60 s, probe 1 s)"
 
 
 if __name__ == "__main__":

@@ -4,12 +4,21 @@ Starts a real server (`lilac-serve serve`, default model), keeps 16 streams in
 flight, and sends, one kind at a time, the largest or most expensive request each
 endpoint accepts (schemas at their bounds, JSON at the depth bound, a megabyte of text
 to /tokenize and to chat, pathological tool-call arguments). Meanwhile /health is
-polled every 50 ms. Reports, per phase, the inter-token gap p99 of the streams and
-the slowest /health answer, beside a baseline phase without the extra request.
+polled every 50 ms. Reports, per phase, the inter-token gap p99 of the streams, the
+slowest /health answer and the worst event-loop lag the server itself recorded (the
+`lilac_event_loop_lag_seconds` buckets that gained samples during the phase: "<= 50"
+means every sample was under 50 ms), beside a baseline phase without the extra request.
+
+`--shapes corpus` sends the adversarial corpus instead (tests/corpus/adversarial.py:
+unclosed strings of escapes, backslash runs, deep brackets, huge numbers, `\\u` escapes
+and lone surrogates, 10,000 messages, long tool-call arguments, wide `logit_bias`, long
+stop strings, the completions schema check, wrapped data URIs), as raw bytes.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m perf.loop_stall [--port 8471] [--rounds 3]
+        [--shapes bounds|corpus|all] [--match TEXT]
 
-Targets: a gap p99 at most 50 ms over the baseline's, /health within 100 ms.
+Targets: a gap p99 at most 50 ms over the baseline's, /health within 100 ms, loop lag
+within 50 ms.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import httpx
 from app.json_limits import MAX_BODY_DEPTH
 from engine.schema_bounds import MAX_SCHEMA_CHARS, MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES
 from perf.procs import Server
+from tests.corpus.adversarial import stall_bodies
 
 STREAMS = 16
 STREAM_TOKENS = 48
@@ -49,7 +59,11 @@ def deep_schema(levels: int) -> dict[str, Any]:
     return schema
 
 
-def worst_requests() -> dict[str, tuple[str, dict[str, Any]]]:
+Body = dict[str, Any] | bytes
+LAG_METRIC = "lilac_event_loop_lag_seconds_bucket"
+
+
+def worst_requests() -> dict[str, tuple[str, Body]]:
     """Per kind: (path, body), each at the bounds the server accepts."""
     chat = {"model": MODEL, "messages": USER, "max_tokens": 4}
     deep_value: Any = 1
@@ -147,10 +161,36 @@ async def poll_health(http: httpx.AsyncClient, stop: asyncio.Event) -> list[floa
     return latencies
 
 
-async def phase(
-    base_url: str, extra: tuple[str, dict[str, Any]] | None, seed: int
-) -> dict[str, Any]:
+def lag_buckets(metrics: str) -> dict[float, float]:
+    """Cumulative sample counts of the loop-lag histogram, by upper bound (seconds)."""
+    buckets = {}
+    for line in metrics.splitlines():
+        if line.startswith(LAG_METRIC + "{"):
+            labels, value = line.rsplit(" ", 1)
+            bound = labels.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float(bound)] = float(value)
+    return buckets
+
+
+def worst_lag_ms(before: dict[float, float], after: dict[float, float]) -> float:
+    """The smallest bucket bound holding every sample taken between the two readings
+    (inf when one was over the top bucket; 0 when none was taken)."""
+    total = after.get(float("inf"), 0) - before.get(float("inf"), 0)
+    for bound in sorted(after):
+        if after[bound] - before.get(bound, 0) >= total:
+            return 1000 * bound if total else 0.0
+    return float("inf")
+
+
+async def send(http: httpx.AsyncClient, path: str, body: Body) -> httpx.Response:
+    if isinstance(body, bytes):
+        return await http.post(path, content=body, headers={"content-type": "application/json"})
+    return await http.post(path, json=body)
+
+
+async def phase(base_url: str, extra: tuple[str, Body] | None, seed: int) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base_url, timeout=600) as http:
+        lag_before = lag_buckets((await http.get("/metrics")).text)
         stop = asyncio.Event()
         health = asyncio.create_task(poll_health(http, stop))
         streams = [asyncio.create_task(stream_gaps(http, seed * 100 + i)) for i in range(STREAMS)]
@@ -159,25 +199,42 @@ async def phase(
         if extra is not None:
             await asyncio.sleep(2.0)  # streams under way
             started = time.perf_counter()
-            response = await http.post(extra[0], json=extra[1])
+            response = await send(http, extra[0], extra[1])
             extra_s = time.perf_counter() - started
             status = response.status_code
         gaps = [gap for result in await asyncio.gather(*streams) for gap in result]
         stop.set()
         latencies = await health
+        lag_after = lag_buckets((await http.get("/metrics")).text)
     gaps.sort()
     return {
         "gap_p50_ms": 1000 * statistics.median(gaps),
         "gap_p99_ms": 1000 * gaps[int(0.99 * (len(gaps) - 1))],
         "health_max_ms": 1000 * max(latencies),
+        "loop_lag_max_ms": worst_lag_ms(lag_before, lag_after),
         "status": status,
         "request_s": extra_s,
     }
 
 
-async def run(base_url: str, rounds: int) -> list[dict[str, Any]]:
-    rows = []
-    cases = worst_requests()
+def cases_of(shapes: str, match: str | None) -> dict[str, tuple[str, Body]]:
+    cases: dict[str, tuple[str, Body]] = {}
+    if shapes in ("bounds", "all"):
+        cases.update(worst_requests())
+    if shapes in ("corpus", "all"):
+        cases.update(stall_bodies())
+    wanted = match.split("|") if match else None
+    return {
+        name: case
+        for name, case in cases.items()
+        if wanted is None or any(part in name for part in wanted)
+    }
+
+
+async def run(
+    base_url: str, rounds: int, cases: dict[str, tuple[str, Body]]
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for round_no in range(rounds):
         for name, extra in [("baseline (16 streams only)", None), *cases.items()]:
             result = await phase(base_url, extra, seed=round_no * 1000 + len(rows))
@@ -192,8 +249,11 @@ def report(rows: list[dict[str, Any]]) -> None:
     base = [row["gap_p99_ms"] for row in rows if row["name"] == names[0]]
     base_p99 = statistics.median(base)
     print(f"\nload average: {os.getloadavg()}")
-    print("| request | status | its time s | gap p99 ms | over baseline ms | /health max ms |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| request | status | its time s | gap p99 ms | over baseline ms | /health max ms "
+        "| loop lag max ms |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in names:
         mine = [row for row in rows if row["name"] == name]
         p99 = statistics.median(row["gap_p99_ms"] for row in mine)
@@ -201,7 +261,16 @@ def report(rows: list[dict[str, Any]]) -> None:
         took = [row["request_s"] for row in mine if row["request_s"] is not None]
         took_s = f"{statistics.median(took):.2f}" if took else "-"
         status = mine[0]["status"] or "-"
-        cells = [name, status, took_s, f"{p99:.1f}", f"{p99 - base_p99:+.1f}", f"{health:.1f}"]
+        lag = max(row["loop_lag_max_ms"] for row in mine)
+        cells = [
+            name,
+            status,
+            took_s,
+            f"{p99:.1f}",
+            f"{p99 - base_p99:+.1f}",
+            f"{health:.1f}",
+            f"<= {lag:.0f}",
+        ]
         print("| " + " | ".join(str(cell) for cell in cells) + " |")
 
 
@@ -210,6 +279,10 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8471)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--base-url", help="measure a running server instead of starting one")
+    parser.add_argument("--shapes", choices=("bounds", "corpus", "all"), default="bounds")
+    parser.add_argument(
+        "--match", help="only the requests whose name contains one of these texts (a|b)"
+    )
     args = parser.parse_args()
     base_url = args.base_url or f"http://127.0.0.1:{args.port}"
     server = None
@@ -223,7 +296,7 @@ def main() -> int:
     try:
         if server is not None:
             server.wait_healthy(f"{base_url}/health", timeout_s=900)
-        rows = asyncio.run(run(base_url, args.rounds))
+        rows = asyncio.run(run(base_url, args.rounds, cases_of(args.shapes, args.match)))
         report(rows)
     finally:
         if server is not None:

@@ -48,6 +48,18 @@ class TempPostgres:
             tail = Path(log).read_text()[-2000:] if os.path.exists(log) else ""
             raise RuntimeError(f"{args[0]} failed ({result.returncode}): {result.stderr}\n{tail}")
 
+    def halt(self) -> None:
+        """Stop the server (an outage): every session is cut, committed data is kept
+        (a clean stop: this cluster runs with synchronous_commit off); `resume` starts it
+        again on the same data."""
+        self.run(f"{self.bindir}/pg_ctl", "-D", self.datadir, "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        self.run(
+            f"{self.bindir}/pg_ctl", "-D", self.datadir, "-w", "-t", "60", "-o",
+            _options(self.base), "-l", os.path.join(self.base, "log"), "start",
+        )  # fmt: skip
+
     def stop(self) -> None:
         if not os.path.isdir(self.base):
             return
@@ -75,15 +87,15 @@ def start_postgres() -> TempPostgres:
             f"{bindir}/initdb", "-D", pg.datadir, "-U", "postgres", "-A", "trust",
             "-E", "UTF8", "--locale=C", "--no-sync",
         )  # fmt: skip
-        options = (
-            f"-c listen_addresses='' -k {base} -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c max_connections=100"
-        )
-        pg.run(
-            f"{bindir}/pg_ctl", "-D", pg.datadir, "-w", "-t", "60", "-o", options,
-            "-l", os.path.join(base, "log"), "start",
-        )  # fmt: skip
+        pg.resume()
     except BaseException:
         pg.stop()
         raise
     return pg
+
+
+def _options(base: str) -> str:
+    return (
+        f"-c listen_addresses='' -k {base} -c fsync=off -c synchronous_commit=off "
+        "-c full_page_writes=off -c max_connections=100"
+    )

@@ -16,8 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HEADER = "x-request-id"
-# A client's id is used only when it is short and plain: it goes into logs and engine ids.
-_ACCEPTED_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+# A client's id goes into logs, engine ids, response ids and the usage table: it keeps
+# only plain characters (each other one becomes `_`) and its first 36 (a UUID, or
+# OpenAI's `req_` + 32 hex, fits whole), so `<prefix>-<id>-<32 hex>` fits the usage
+# table's 80-character `request_id` for any prefix up to 10 characters.
+MAX_CLIENT_ID_CHARS = 36
+_UNSAFE = re.compile(r"[^A-Za-z0-9._:\-]")
 
 
 @dataclass(slots=True)
@@ -37,19 +41,32 @@ class RequestRecord:
     generation: Any = None  # the app.services.generation.Generation, for tokens and TTFT
 
     def engine_request_id(self, prefix: str) -> str:
+        """The engine request's (and the response's) id. A client may send the same
+        X-Request-Id twice, or another tenant's: a whole UUID after it keeps this id as
+        unique as one the server made, so no usage row is ever taken for another's."""
         if self.client_supplied:
-            return f"{prefix}-{self.request_id}-{uuid.uuid4().hex[:8]}"
+            return f"{prefix}-{self.request_id}-{uuid.uuid4().hex}"
         return f"{prefix}-{self.request_id}"
+
+    @property
+    def client_request_id(self) -> str | None:
+        return self.request_id if self.client_supplied else None
 
 
 _current: ContextVar[RequestRecord | None] = ContextVar("lilac_request", default=None)
 
 
+def sanitize_request_id(header_value: str) -> str:
+    """A client's id cut to `MAX_CLIENT_ID_CHARS`, every character outside
+    `A-Za-z0-9._:-` replaced by `_`: linear time, bounded output."""
+    return _UNSAFE.sub("_", header_value.strip()[:MAX_CLIENT_ID_CHARS])
+
+
 def accept_request_id(header_value: str | None) -> tuple[str, bool]:
-    """The client's X-Request-Id when it is acceptable, else a new one; and whether it
-    was the client's."""
-    if header_value and _ACCEPTED_ID.fullmatch(header_value):
-        return header_value, True
+    """The client's X-Request-Id, sanitized, when it has one; else a new one; and
+    whether it was the client's."""
+    if header_value and header_value.strip():
+        return sanitize_request_id(header_value), True
     return uuid.uuid4().hex, False
 
 

@@ -10,6 +10,7 @@ per-key counters keep their label set bounded (`KeyUsage`).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -106,6 +107,30 @@ class AdmissionCollector(Collector):
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
+
+
+class UsageWriterCollector(Collector):
+    """The usage writer's counters, at scrape time: records committed, spooled (the
+    database was down) and set aside as dead letters (the database refused them)."""
+
+    def __init__(self, writer: UsageCounts) -> None:
+        self._writer = writer
+
+    def collect(self) -> Iterator[Metric]:
+        for name, documentation, value in (
+            ("lilac_usage_written", "Usage records committed", self._writer.written),
+            ("lilac_usage_spooled", "Usage records spooled while the database was down",
+             self._writer.spooled),
+            ("lilac_usage_dead_letter", "Usage records the database refused, set aside",
+             self._writer.dead_lettered),
+        ):  # fmt: skip
+            yield CounterMetricFamily(name, documentation, value=float(value))
+
+
+class UsageCounts(Protocol):
+    written: int
+    spooled: int
+    dead_lettered: int
 
 
 class KeyUsage:

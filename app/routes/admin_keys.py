@@ -10,9 +10,9 @@ from litestar import Request, Router, delete, get, patch, post
 
 from app.errors import APIError, InvalidRequest
 from app.routes.admin import AdminKeyGuard
-from app.tenancy.keys import KeyLimits, KeyNotFound, KeyStore
+from app.tenancy.keys import CACHE_GROUP_CHARS, KeyLimits, KeyNotFound, KeyStore
 from app.tenancy.report import parse_time as parse_report_time
-from app.tenancy.report import summarize
+from app.tenancy.report import refusal_reasons, summarize
 from app.tenancy.service import Tenancy
 
 
@@ -30,6 +30,19 @@ class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     max_concurrent: int | msgspec.UnsetType | None = msgspec.UNSET
     priority: int | msgspec.UnsetType = msgspec.UNSET
     models: list[str] | msgspec.UnsetType | None = msgspec.UNSET
+    # Keys of one group may share the prefix cache (null: the key's own).
+    cache_group: str | msgspec.UnsetType | None = msgspec.UNSET
+
+    def group(self) -> dict[str, str | None]:
+        """`{"cache_group": ...}` when it was sent, else nothing (unchanged)."""
+        if self.cache_group is msgspec.UNSET:
+            return {}
+        if self.cache_group is not None and not 0 < len(self.cache_group) <= CACHE_GROUP_CHARS:
+            raise InvalidRequest(
+                f"`cache_group` must be 1 to {CACHE_GROUP_CHARS} characters or null.",
+                param="cache_group",
+            )
+        return {"cache_group": self.cache_group}
 
     def limits(self) -> dict[str, Any]:
         changes = {
@@ -70,7 +83,8 @@ async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
     changes = _changes(await request.body())
     if not isinstance(changes.name, str) or not changes.name.strip():
         raise InvalidRequest("A key needs a non-empty `name`.", param="name")
-    record, secret = await store.create(changes.name, KeyLimits(**changes.limits()))
+    limits = KeyLimits(**changes.limits())
+    record, secret = await store.create(changes.name, limits, **changes.group())
     return {**record.public(), "key": secret}
 
 
@@ -80,7 +94,8 @@ async def _change(request: Request[Any, Any, Any], key_id: str, revoke: bool) ->
         if revoke:
             record = await store.revoke(key_id)
         else:
-            record = await store.update(key_id, _changes(await request.body()).limits())
+            changes = _changes(await request.body())
+            record = await store.update(key_id, changes.limits(), **changes.group())
     except KeyNotFound as exc:
         raise KeyNotFoundError(str(exc), param="id", code="key_not_found") from exc
     tenancy.auth.forget(key_id)  # this replica at once; the others within a second
@@ -109,9 +124,10 @@ async def usage_report(
     try:
         start, end = parse_report_time(since), parse_report_time(until)
         rows = await summarize(tenancy.writer.engine, by, start, end)
+        reasons = await refusal_reasons(tenancy.writer.engine, start, end)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from exc
-    return {"object": "list", "by": by, "data": rows}
+    return {"object": "list", "by": by, "data": rows, "refusals": reasons}
 
 
 def admin_keys_router(admin_key: str | None) -> Router:

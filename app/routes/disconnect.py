@@ -46,9 +46,14 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
         return task.result()
     task.cancel()
     try:
-        await task
+        result = await task
     except asyncio.CancelledError:
         pass
     except Exception:  # the client is gone: no one to tell about the work's error
         pass
+    else:
+        # The work finished before the cancel reached it: end what it opened (a stream).
+        close = getattr(result, "aclose", None)
+        if close is not None:
+            await close()
     raise ClientDisconnected

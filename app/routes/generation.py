@@ -8,10 +8,11 @@ from typing import Any, Protocol
 
 import msgspec
 from litestar import MediaType, Request, Response
-from litestar.response import Stream
 
 from app.routes.disconnect import until_disconnected
+from app.routes.event_stream import EventStream
 from app.services.admission import clamp_priority, client_key
+from app.tenancy.isolation import cache_salt
 from app.tenancy.service import RequestMeter, Tenancy, request_key
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -27,24 +28,29 @@ class GenerationService(Protocol):
 
     def reserved_tokens(self, request: Any, body_bytes: int) -> int: ...
 
+    def slots(self, request: Any) -> int: ...
+
 
 async def respond(
     request: Request, service: GenerationService, body: Any, body_bytes: int = 0
-) -> Response[bytes] | Stream:
+) -> Response[bytes] | EventStream:
     """`body` is the decoded request; errors raised here map in app.errors."""
     key = request_key(request)
     client = client_key(request, body.user, key.id if key is not None else None)
     body.priority = clamp_priority(body.priority, key.limits.priority if key is not None else 0)
+    tenancy: Tenancy = request.app.state.tenancy
+    # Metered keys each get their own part of the prefix cache (app.tenancy.isolation).
+    body.cache_salt = cache_salt(key if tenancy.mode == "keys" else None, body.cache_salt)
     meter: RequestMeter | None = None
     if key is not None:
-        tenancy: Tenancy = request.app.state.tenancy
         reserve = service.reserved_tokens(body, body_bytes)
-        meter = tenancy.begin(key, request.url.path, body.model, body.n, reserve)
+        slots = service.slots(body)
+        meter = tenancy.begin(key, request.url.path, body.model, body.n, reserve, slots)
     try:
         if body.stream:
             # Admission, the queue and the first token: a client gone meanwhile ends them.
             frames = await until_disconnected(request, service.open_stream(body, client, meter))
-            return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+            return EventStream(frames, media_type="text/event-stream", headers=SSE_HEADERS)
         result = await until_disconnected(request, service.complete(body, client, meter))
     except BaseException as exc:
         if meter is not None:

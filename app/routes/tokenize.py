@@ -1,6 +1,10 @@
 """POST /tokenize and /detokenize: count tokens with the named model's own tokenizer
 (without `model`, the first served model's).
 
+With keys, each call is the key's as a generation is: a model the key may not use is a
+404 `model_not_found` (its template and default system prompt are not shown), and each
+call takes one of the key's requests per minute.
+
 Bodies are read and bounded as the generation endpoints' are (app.request_body), and
 rendering and tokenizing run off the event loop (engine.offload)."""
 
@@ -21,14 +25,27 @@ from app.schemas.tokenize import (
 from app.services.chat import messages_for_template
 from app.services.image_decoding import image_refs
 from app.services.sampling import resolve_model
+from app.tenancy.service import Tenancy, request_key
 from engine.offload import off_loop
 from engine.protocol import Engine
+from engine.warm.model import WarmModel
+from engine.warm.pool import ModelPool
+
+
+def _admitted_model(request: Request, models: ModelPool, name: str | None) -> WarmModel:
+    """The model a call names, once the caller's key may use it and is within its
+    requests per minute. A model the key may not use reads as one not served."""
+    key = request_key(request)
+    if key is not None:
+        tenancy: Tenancy = request.app.state.tenancy
+        tenancy.admit_unmetered(key, name if name is not None else models.first.name)
+    return resolve_model(models, name)
 
 
 @post("/tokenize", status_code=200)
 async def tokenize(request: Request, models: ModelsDep) -> TokenizeResponse:
     body = await read_json(request, tokenize_request_decoder)
-    engine = resolve_model(models, body.model)
+    engine = _admitted_model(request, models, body.model)
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequest("Give exactly one of `prompt` and `messages`.", param="prompt")
     if body.messages is not None:
@@ -61,5 +78,5 @@ def _tokenize_messages(
 @post("/detokenize", status_code=200)
 async def detokenize(request: Request, models: ModelsDep) -> DetokenizeResponse:
     body = await read_json(request, detokenize_request_decoder)
-    engine = resolve_model(models, body.model)
+    engine = _admitted_model(request, models, body.model)
     return DetokenizeResponse(prompt=await off_loop(engine.detokenize, body.tokens))

@@ -72,10 +72,12 @@ class VLLMExtensionFields(StructuredOutputFields, kw_only=True):
         None
     )
     add_special_tokens: bool | None = None
-    # Accepted, with no effect on the output: how often chunks go out, cache isolation,
-    # tracing ids.
+    # Prefix-cache isolation: requests reuse cached prompt blocks only of requests with
+    # the same salt (with keys, within the key's own scope: app.tenancy.isolation).
+    # Bounded as `vllm serve` bounds it.
+    cache_salt: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
+    # Accepted, with no effect on the output: how often chunks go out, tracing ids.
     stream_interval: Annotated[int, Meta(ge=1)] | None = None
-    cache_salt: str | None = None
     request_id: str | None = None
     session_id: str | None = None
     # Each prompt token's logprob and the k most likely tokens at its place (whole

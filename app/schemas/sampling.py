@@ -26,6 +26,26 @@ Stop = StopString | Annotated[list[StopString], Meta(max_length=4)]
 ChoiceCount = Annotated[int, Meta(ge=1, le=128)]
 
 
+# The longest `model` a request may name. A longer one names no served model: it is
+# refused as one (404 `model_not_found`, as OpenAI answers any name it does not serve)
+# while decoding, before it reaches a key check, a model's wake-up, a log or the usage
+# table.
+MAX_MODEL_CHARS = 256
+
+
+class ModelNameTooLong(Exception):
+    """Raised while decoding (msgspec passes it through); app.errors maps it to a 404."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"a model name of {len(model)} characters")
+        self.model = model
+
+
+def check_model_name(model: str | None) -> None:
+    if model is not None and len(model) > MAX_MODEL_CHARS:
+        raise ModelNameTooLong(model)
+
+
 class StreamOptions(Struct):
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's: not implemented (a 400 when true)
@@ -58,3 +78,6 @@ class SamplingFields(VLLMExtensionFields, kw_only=True):
     stop_token_ids: list[TokenId] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        check_model_name(self.model)

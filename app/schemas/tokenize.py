@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from app.schemas.chat import Message
+from app.schemas.sampling import check_model_name
 
 
 class TokenizeRequest(Struct, kw_only=True):
@@ -16,6 +17,9 @@ class TokenizeRequest(Struct, kw_only=True):
     messages: Annotated[list[Message], Meta(min_length=1)] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+
+    def __post_init__(self) -> None:
+        check_model_name(self.model)
 
 
 class TokenizeResponse(Struct):
@@ -27,6 +31,9 @@ class TokenizeResponse(Struct):
 class DetokenizeRequest(Struct, kw_only=True):
     tokens: list[Annotated[int, Meta(ge=0)]]
     model: str | None = None
+
+    def __post_init__(self) -> None:
+        check_model_name(self.model)
 
 
 class DetokenizeResponse(Struct):

@@ -12,6 +12,14 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # IPv6 prefixes whose last 32 bits are an IPv4 address a gateway forwards to.
 _NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# Not globally routable, yet `is_global` in some Python versions: site-local (deprecated,
+# still routed inside some sites) and the documentation prefixes (2001:db8::/32 is
+# already known to Python; 3fff::/20 came later).
+_NOT_GLOBAL_V6 = (
+    ipaddress.IPv6Network("fec0::/10"),
+    ipaddress.IPv6Network("3fff::/20"),
+    ipaddress.IPv6Network("2001:db8::/32"),
+)
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
@@ -30,9 +38,10 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
 
 
 def is_public(address: IPAddress) -> bool:
-    """A globally routable unicast address: not private, loopback, link-local, shared,
-    reserved, multicast or unspecified, and not carrying an IPv4 address that is not
-    (an IPv6 address wrapping one is judged as it and as itself)."""
+    """A globally routable unicast address: not private, loopback, link-local,
+    site-local, documentation, shared, reserved, multicast or unspecified, and not
+    carrying an IPv4 address that is not (an IPv6 address wrapping one is judged as it
+    and as itself)."""
     if isinstance(address, ipaddress.IPv6Address):
         inner = embedded_ipv4(address)
         if inner is not None:
@@ -43,4 +52,6 @@ def is_public(address: IPAddress) -> bool:
 
 
 def _plainly_public(address: IPAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and any(address in net for net in _NOT_GLOBAL_V6):
+        return False
     return address.is_global and not (address.is_multicast or address.is_reserved)

@@ -175,7 +175,9 @@ class ChatService(GenerationService[ChatCompletionRequest]):
                 self._admission.retry_after_s(),
                 code="draining",
             )
-        generate.images = await self._images.load(request.messages, self.engine_for(request))
+        generate.images = await self._images.load(
+            request.messages, self.engine_for(request), client
+        )
         return [generate]
 
     def generation(self, request: ChatCompletionRequest, request_id: str) -> ChatGeneration:

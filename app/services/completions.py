@@ -26,6 +26,7 @@ from app.services.extensions import extension_fields
 from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
 from app.services.sampling import check_common, sampling_options
 from app.services.tools import response_format_constraint
+from engine.offload import off_loop
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, TokenLogprob
 
 
@@ -111,38 +112,55 @@ def check_token_prompts(prompts: list[Prompt], vocab_size: int) -> None:
                 )
 
 
+def engine_requests(
+    request: CompletionRequest, request_id: str, client: str | None, vocab_size: int
+) -> list[GenerateRequest]:
+    """One checked engine request per prompt, each with the request's `n`."""
+    check_common(request, request.max_tokens)
+    prompts = prompts_of(request)
+    check_token_prompts(prompts, vocab_size)
+    echoed_logprobs = request.logprobs if request.echo else None
+    options = sampling_options(
+        request,
+        max_tokens=request.max_tokens,
+        logprobs=request.logprobs,
+        prompt_logprobs=prompt_logprobs.engine_count(
+            echoed_logprobs, prompt_logprobs.requested(request)
+        ),
+    )
+    extensions = extension_fields(request, response_format_constraint(request.response_format))
+    return [
+        GenerateRequest(
+            request_id=f"{request_id}-{i}",
+            sampling=options,
+            prompt=prompt if isinstance(prompt, str) else None,
+            prompt_token_ids=None if isinstance(prompt, str) else prompt,
+            client=client,
+            priority=request.priority,
+            **extensions,
+        )
+        for i, prompt in enumerate(prompts)
+    ]
+
+
 class CompletionService(GenerationService[CompletionRequest]):
     id_prefix = "cmpl"
 
     async def engine_requests(
         self, request: CompletionRequest, request_id: str, client: str | None
     ) -> list[GenerateRequest]:
-        """One engine request per prompt, each with the request's `n`."""
-        check_common(request, request.max_tokens)
-        prompts = prompts_of(request)
-        check_token_prompts(prompts, self.engine_for(request).model.vocab_size)
-        echoed_logprobs = request.logprobs if request.echo else None
-        options = sampling_options(
-            request,
-            max_tokens=request.max_tokens,
-            logprobs=request.logprobs,
-            prompt_logprobs=prompt_logprobs.engine_count(
-                echoed_logprobs, prompt_logprobs.requested(request)
-            ),
-        )
-        extensions = extension_fields(request, response_format_constraint(request.response_format))
-        return [
-            GenerateRequest(
-                request_id=f"{request_id}-{i}",
-                sampling=options,
-                prompt=prompt if isinstance(prompt, str) else None,
-                prompt_token_ids=None if isinstance(prompt, str) else prompt,
-                client=client,
-                priority=request.priority,
-                **extensions,
-            )
-            for i, prompt in enumerate(prompts)
-        ]
+        """Checked off the event loop, as chat's are: schema checks take time in
+        proportion to the schema, and a token prompt is checked id by id."""
+        vocab_size = self.engine_for(request).model.vocab_size
+        return await off_loop(engine_requests, request, request_id, client, vocab_size)
+
+    def slots(self, request: CompletionRequest) -> int:
+        """One per prompt: a list of strings or of token-id lists is that many prompts;
+        a list of token ids is one (a list mixing kinds, or too long, is a 400 later)."""
+        prompt = request.prompt
+        if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+            return 1
+        return min(len(prompt), MAX_PROMPTS)
 
     def generation(self, request: CompletionRequest, request_id: str) -> CompletionGeneration:
         """Echoed token-id prompts are echoed as their text (as `vllm serve` does)."""

@@ -154,4 +154,5 @@ def extension_fields(
         "response_format": structured_output(request, response_format),
         "truncate_prompt_tokens": getattr(request, "truncate_prompt_tokens", None),
         "add_special_tokens": getattr(request, "add_special_tokens", None),
+        "cache_salt": getattr(request, "cache_salt", None),
     }

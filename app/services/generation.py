@@ -67,6 +67,9 @@ class Generation(ABC, Generic[StateT]):
         self._completion_tokens = 0
         self._reasoning_tokens = 0
         self.first_output_at: float | None = None  # time.monotonic() of the first output
+        # The engine's own account (it is every engine request's `tally`): what is billed.
+        self.engine_prompt_tokens = 0
+        self.engine_completion_tokens = 0
 
     # ------------------------------------------------------------ the endpoint's shapes
 
@@ -97,6 +100,14 @@ class Generation(ABC, Generic[StateT]):
     @abstractmethod
     def usage_chunk(self, usage: Usage) -> Any:
         """The closing chunk: no choices, and `usage`."""
+
+    # ------------------------------------------------------------ the engine's tally
+
+    def accepted(self, prompt_tokens: int) -> None:
+        self.engine_prompt_tokens += prompt_tokens
+
+    def generated(self, tokens: int) -> None:
+        self.engine_completion_tokens += tokens
 
     # ------------------------------------------------------------ the skeleton
 
@@ -214,7 +225,8 @@ class GenerationService(ABC, Generic[RequestT]):
     def reserved_tokens(self, request: RequestT, body_bytes: int) -> int:
         """Tokens a request may use, before it is tokenized, for per-key token limits: a
         generous prompt estimate (a token per 4 bytes of the request body) plus every
-        choice's output budget (without `max_tokens`, the model's default)."""
+        choice's output budget (without `max_tokens`, the model's default) for each of
+        its prompts."""
         prompt = body_bytes // 4
         limit = getattr(request, "max_completion_tokens", None) or getattr(
             request, "max_tokens", None
@@ -222,9 +234,12 @@ class GenerationService(ABC, Generic[RequestT]):
         if limit is None:
             model = self._models.get(request.model) or self._models.first  # unknown: 404 later
             limit = default_output_tokens(model.model.max_model_len)
-        prompts = getattr(request, "prompt", None)
-        count = len(prompts) if isinstance(prompts, list) else 1
-        return prompt + count * request.n * limit
+        return prompt + self.slots(request) * request.n * limit
+
+    def slots(self, request: RequestT) -> int:
+        """Concurrent engine requests the request runs, one per prompt (its `n` choices
+        share each prompt's): one, unless the endpoint takes several prompts."""
+        return 1
 
     async def _start(
         self, request: RequestT, client: str | None
@@ -242,6 +257,8 @@ class GenerationService(ABC, Generic[RequestT]):
         policy = self._admission.policy
         check_request_work(generates, engine.model.max_model_len, policy.max_request_tokens)
         generation = self.generation(request, request_id)
+        for generate in generates:
+            generate.tally = generation
         if record is not None:
             record.generation = generation
         return generation, generates, engine

@@ -18,6 +18,7 @@ from app.errors import InvalidRequest
 from app.schemas.chat import ImagePart, Message
 
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
+_WHITESPACE = b" \t\n\r\x0b\x0c"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +65,17 @@ def decode_data_uri(ref: ImageRef, max_bytes: int) -> bytes:
         raise ImageError(
             ref, f"the data URI's media type `{media_type}` is not an image.", "invalid_image"
         )
-    payload = "".join(payload.split())  # line breaks some encoders insert
-    if len(payload) // 4 * 3 > max_bytes + 2:
+    try:
+        # Line breaks some encoders insert go first, in one pass at memory speed: a split
+        # builds a string per line, several times slower, all in one call that holds
+        # the GIL (tens of milliseconds for a 10 MB body).
+        encoded = payload.encode("ascii").translate(None, _WHITESPACE)
+    except UnicodeEncodeError:
+        raise ImageError(ref, "the data URI is not valid base64.", "invalid_image") from None
+    if len(encoded) // 4 * 3 > max_bytes + 2:
         raise too_large(ref, max_bytes)
     try:
-        data = base64.b64decode(payload, validate=True)
+        data = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
         raise ImageError(ref, "the data URI is not valid base64.", "invalid_image") from None
     if len(data) > max_bytes:

@@ -12,8 +12,10 @@ Bodies are fetched as sent (`Accept-Encoding: identity`; a `Content-Encoding` ot
 than identity is refused), so that a few hundred bytes of stacked gzip cannot expand
 past the size limit before it is checked. Decoding runs in a small pool of its own
 (not the default executor, where the GPU probe runs), and the bytes of images being
-fetched or decoded, across all requests, are bounded (`ImageLimits.bytes_in_flight`):
-over it a request gets a 503 `images_busy` rather than more memory. An address is
+fetched or decoded, across all requests, are bounded (`ImageLimits.bytes_in_flight`)
+and shared fairly between clients (`ByteBudget`): over it a request gets a 503
+`images_busy` (a 429 `image_share_exceeded` over its client's share) rather than more
+memory. An address is
 judged public after unwrapping the IPv4 address an IPv6 one may carry (IPv4-mapped
 and -compatible, NAT64, 6to4, Teredo); errors name the URL's host, never the address
 it resolved to.
@@ -39,7 +41,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 from PIL import Image
 
-from app.errors import InvalidRequest, ServiceUnavailable
+from app.errors import InvalidRequest, ServiceUnavailable, TooManyRequests
 from app.schemas.chat import Content, ImagePart, Message, TextPart, UserContent
 from app.services.addresses import is_public
 from app.services.image_decoding import (
@@ -104,14 +106,40 @@ def template_content(content: Content | UserContent | None) -> str | list[dict[s
 
 
 class ByteBudget:
-    """Bytes held by images in flight, across requests. Taking is all-or-nothing and
-    never waits: over the bound a request gets a 503 (retry shortly)."""
+    """Bytes held by images in flight, across requests, shared fairly between clients
+    (admission's fairness key: with API keys, the key). Taking is all-or-nothing and
+    never waits.
 
-    def __init__(self, limit: int) -> None:
+    One client may hold at most its share: what is left after `reserve` (one image of
+    the largest size), divided among the clients holding bytes (itself included), and
+    never less than `reserve`. So a client alone cannot take the reserve, and a client
+    holding nothing always finds room for an image while the others are within their
+    shares. Over its share a client gets a 429 (its own images are in the way); over
+    the whole bound, a 503 (the server is busy). Both: retry shortly."""
+
+    def __init__(self, limit: int, reserve: int = 0) -> None:
         self.limit = limit
+        self.reserve = min(reserve, limit)
         self.used = 0
+        self._held: dict[str | None, int] = {}  # client -> bytes; only clients holding any
 
-    def take(self, count: int) -> None:
+    def share(self, client: str | None) -> int:
+        """The most `client` may hold now."""
+        holders = len(self._held) + (client not in self._held)
+        return max(self.reserve, (self.limit - self.reserve) // holders)
+
+    def held(self, client: str | None) -> int:
+        return self._held.get(client, 0)
+
+    def take(self, count: int, client: str | None = None) -> None:
+        held = self.held(client)
+        if held + count > self.share(client):
+            raise TooManyRequests(
+                "This client's images being fetched or decoded hold its share of the "
+                "server's image budget; retry shortly.",
+                retry_after=1,
+                code="image_share_exceeded",
+            )
         if self.used + count > self.limit:
             raise ServiceUnavailable(
                 "Too many image bytes are being fetched or decoded now; retry shortly.",
@@ -119,24 +147,31 @@ class ByteBudget:
                 code="images_busy",
             )
         self.used += count
+        self._held[client] = held + count
 
-    def give(self, count: int) -> None:
+    def give(self, count: int, client: str | None = None) -> None:
         self.used -= count
+        left = self.held(client) - count
+        if left > 0:
+            self._held[client] = left
+        else:
+            self._held.pop(client, None)
 
 
 class _Held:
     """What one image holds of the budget, given back once it is decoded (or failed)."""
 
-    def __init__(self, budget: ByteBudget) -> None:
+    def __init__(self, budget: ByteBudget, client: str | None = None) -> None:
         self.budget = budget
+        self.client = client
         self.count = 0
 
     def take(self, count: int) -> None:
-        self.budget.take(count)
+        self.budget.take(count, self.client)
         self.count += count
 
     def give_all(self) -> None:
-        self.budget.give(self.count)
+        self.budget.give(self.count, self.client)
         self.count = 0
 
 
@@ -151,11 +186,16 @@ class ImageLoader:
         self.limits = limits or ImageLimits()
         self._resolve = resolver or _resolve
         self._transport = transport
-        self.budget = ByteBudget(max(self.limits.bytes_in_flight, self.limits.max_bytes))
+        self.budget = ByteBudget(
+            max(self.limits.bytes_in_flight, self.limits.max_bytes), reserve=self.limits.max_bytes
+        )
 
-    async def load(self, messages: Sequence[Message], engine: ModelHost) -> list[ImageInput]:
+    async def load(
+        self, messages: Sequence[Message], engine: ModelHost, client: str | None = None
+    ) -> list[ImageInput]:
         """The request's images in order; [] without image parts. Checks that the model
-        takes images, and the count, before fetching or decoding anything."""
+        takes images, and the count, before fetching or decoding anything. `client`'s
+        images count against its share of the byte budget."""
         refs = image_refs(messages)
         if not refs:
             return []
@@ -178,10 +218,10 @@ class ImageLoader:
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [
-                    group.create_task(self.load_one(ref, source))
+                    group.create_task(self.load_one(ref, source, client))
                     for ref, source in zip(refs, sources, strict=True)
                 ]
-        except* (ImageError, ServiceUnavailable) as failures:
+        except* (ImageError, ServiceUnavailable, TooManyRequests) as failures:
             # The first failure cancels the rest; of failures at once, the earliest part
             # (an image's own fault before the server being busy).
             errors = [e for e in failures.exceptions if isinstance(e, ImageError)]
@@ -205,8 +245,10 @@ class ImageLoader:
             "invalid_image_url",
         )
 
-    async def load_one(self, ref: ImageRef, source: bytes | str) -> Image.Image:
-        held = _Held(self.budget)
+    async def load_one(
+        self, ref: ImageRef, source: bytes | str, client: str | None = None
+    ) -> Image.Image:
+        held = _Held(self.budget, client)
         try:
             if isinstance(source, bytes):
                 held.take(len(source))

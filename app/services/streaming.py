@@ -4,14 +4,19 @@ A stream is opened only after the engine produced its first output, so that
 every error of the request is still a plain HTTP error; after that, an error is
 one `data: {"error": ...}` event and the stream ends with `data: [DONE]`. What
 the chunks say is the endpoint's (`app.services.generation`).
+
+The body (`SSEBody`) ends its request whatever happens to it: read to the end, cut off
+mid-way, or never started at all (the client gone between the first token and the
+body: the server then never iterates it). Its `aclose` is what guarantees the last one
+(`app.routes.event_stream` calls it once the response is over).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol, TypeVar
 
-from app.errors import to_api_error
+from app.errors import ClientDisconnected, to_api_error
 from app.observability import context
 from app.sse import DONE, error_frame
 
@@ -37,7 +42,7 @@ async def open_sse(
     frames: Frames[T],
     closing: Closing,
     end: RequestEnd | None = None,
-) -> AsyncIterator[bytes]:
+) -> SSEBody:
     try:
         first = await anext(outputs)
     except StopAsyncIteration:
@@ -45,7 +50,40 @@ async def open_sse(
     except BaseException:
         await outputs.aclose()
         raise
-    return _frames(first, outputs, frames, closing, end)
+    return SSEBody(_frames(first, outputs, frames, closing, end), outputs, end)
+
+
+class SSEBody:
+    """An opened stream's body: its frames, and `aclose`, which ends the request once
+    (aborting what the engine still runs, settling `end`) even if the frames were never
+    iterated; after a started body, it only closes the frames (they end the request)."""
+
+    __slots__ = ("_body", "_end", "_outputs", "_started")
+
+    def __init__(
+        self,
+        body: AsyncGenerator[bytes, None],
+        outputs: AsyncGenerator[Any, None],
+        end: RequestEnd | None,
+    ) -> None:
+        self._body = body
+        self._outputs = outputs
+        self._end = end
+        self._started = False
+
+    def __aiter__(self) -> SSEBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        self._started = True
+        return await anext(self._body)
+
+    async def aclose(self) -> None:
+        if self._started:
+            await self._body.aclose()
+            return
+        self._started = True  # a second aclose finds nothing left to end
+        await _ended(self._outputs, self._end, ClientDisconnected())
 
 
 async def _frames(
@@ -54,7 +92,7 @@ async def _frames(
     frames: Frames[T],
     closing: Closing,
     end: RequestEnd | None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     # One body per engine output, and the closing frames with [DONE]: each yield is one
     # ASGI send, one wake-up of the server's I/O thread and one write.
     failure: Exception | None = None
@@ -74,14 +112,26 @@ async def _frames(
             record.outcome = error.code or error.error_type
         tail = error_frame(error.body())
     except BaseException as exc:  # the client went away (cancelled, or the stream closed)
-        if end is not None:
-            end.abandon(exc)
+        await _ended(outputs, end, exc)
         raise
     finally:
         await outputs.aclose()
     if end is not None:  # usage is durable before the client has the last byte
         await end.finish(failure)
     yield tail + DONE
+
+
+async def _ended(
+    outputs: AsyncGenerator[Any, None], end: RequestEnd | None, exc: BaseException
+) -> None:
+    """The client went away: close the engine's stream first (it counts, as it closes,
+    what the engine produced that nobody read), then settle `end`, even if the close is
+    interrupted."""
+    try:
+        await outputs.aclose()
+    finally:
+        if end is not None:
+            end.abandon(exc)
 
 
 def _joined(data: list[bytes]) -> bytes:

@@ -5,23 +5,38 @@
   time (each candidate's digest against every configured digest).
 - `keys`: the keys database. A key's record is cached for at most `TTL_S`, so a
   revocation (or a change of limits) made anywhere reaches every replica sharing the
-  database within that time. When the database cannot be read, a key known before keeps
-  working from the cache; an unknown key gets a 503 (it may be valid) until it is back.
+  database within that time. A key the database does not know is remembered as unknown
+  for `UNKNOWN_TTL_S` (a secret is random and shown only once it exists, so no client
+  can hold a key before it is made): a flood of random well-formed keys costs one query
+  per distinct key, and concurrent lookups of one key share one query. Both caches are
+  bounded, least recently used first out.
+  When the database cannot be read, a key it confirmed less than `outage_s` ago keeps
+  working from the cache (a revocation made meanwhile takes effect when it is back);
+  past that, and for any key not cached, the answer is a 503 (it may be valid).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from sqlalchemy.exc import DBAPIError
+
+from app.tenancy.key_cache import LruMap
 from app.tenancy.keys import KeyLimits, KeyRecord, KeyStore, hash_key, well_formed
 
 log = logging.getLogger("lilac.auth")
 
 TTL_S = 1.0
-MAX_CACHED = 100_000  # bounds memory against clients sending random keys
+UNKNOWN_TTL_S = 60.0
+OUTAGE_S = 300.0  # the default of --key-cache-outage-s
+MAX_KNOWN = 100_000
+# About 250 bytes an entry: the memory a flood of random keys can take is bounded.
+MAX_UNKNOWN = 100_000
 
 
 class InvalidKey(Exception):
@@ -83,48 +98,115 @@ class StaticKeys(Authenticator):
         return KeyRecord(id=found, name=found, created_at=0.0, limits=self._limits)
 
 
+@dataclass(slots=True)
+class _Known:
+    record: KeyRecord
+    fetched_at: float  # the database was last asked (or tried) then
+    confirmed_at: float  # the database last answered for this key then
+
+
 class DatabaseKeys(Authenticator):
     mode = "keys"
 
-    def __init__(self, store: KeyStore, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: KeyStore,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        ttl_s: float = TTL_S,
+        unknown_ttl_s: float = UNKNOWN_TTL_S,
+        outage_s: float = OUTAGE_S,
+        max_known: int = MAX_KNOWN,
+        max_unknown: int = MAX_UNKNOWN,
+    ) -> None:
         self._store = store
         self._clock = clock
-        self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
+        self._ttl_s = ttl_s
+        self._unknown_ttl_s = unknown_ttl_s
+        self._outage_s = outage_s
+        self._known: LruMap[_Known] = LruMap(max_known)
+        self._unknown: LruMap[float] = LruMap(max_unknown)  # digest -> when it was asked
+        self._pending: dict[str, asyncio.Task[KeyRecord | None]] = {}
+
+    @property
+    def cached(self) -> tuple[int, int]:
+        """How many keys are cached: (known, unknown)."""
+        return len(self._known), len(self._unknown)
 
     async def authenticate(self, header: bytes | None) -> KeyRecord | None:
         token = bearer_token(header)
         if token is None or not well_formed(token):
             raise InvalidKey
-        digest = hash_key(token)
-        now = self._clock()
-        cached = self._cache.get(digest)
-        if cached is not None and now - cached[1] < TTL_S:
-            record = cached[0]
-        else:
-            record = await self._lookup(digest, cached, now)
+        record = await self._record(hash_key(token))
         if record is None or record.revoked:
             raise InvalidKey
         return record
 
-    async def _lookup(
-        self, digest: str, cached: tuple[KeyRecord | None, float] | None, now: float
-    ) -> KeyRecord | None:
+    async def _record(self, digest: str) -> KeyRecord | None:
+        now = self._clock()
+        known = self._known.get(digest)
+        if known is not None:
+            if now - known.fetched_at < self._ttl_s:
+                return known.record
+        else:
+            asked = self._unknown.get(digest)
+            if asked is not None and now - asked < self._unknown_ttl_s:
+                return None
+        task = self._pending.get(digest)
+        if task is None:
+            # One query per key however many requests wait on it; a task of its own so
+            # that a client leaving does not cancel the others' lookup.
+            task = asyncio.ensure_future(self._fetch(digest, now))
+            self._pending[digest] = task
+            task.add_done_callback(lambda done: self._finished(digest, done))
+        return await asyncio.shield(task)
+
+    def _finished(self, digest: str, task: asyncio.Task[KeyRecord | None]) -> None:
+        self._pending.pop(digest, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: nobody may be left waiting on it
+
+    async def _fetch(self, digest: str, now: float) -> KeyRecord | None:
         try:
-            record = await self._store.by_hash(digest)
+            record = await self._query(digest)
         except Exception as exc:
-            if cached is not None and cached[0] is not None:
-                log.warning("keys database unreachable (%s): using the cached key", exc)
-                return cached[0]
-            raise KeyStoreUnavailable(str(exc)) from exc
-        if len(self._cache) >= MAX_CACHED:
-            self._cache.clear()
-        self._cache[digest] = (record, now)
+            return self._during_outage(digest, now, exc)
+        if record is None:
+            self._known.pop(digest)
+            self._unknown.put(digest, now)
+        else:
+            self._unknown.pop(digest)
+            self._known.put(digest, _Known(record, fetched_at=now, confirmed_at=now))
         return record
+
+    async def _query(self, digest: str) -> KeyRecord | None:
+        try:
+            return await self._store.by_hash(digest)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # A pooled connection died with a database that has since restarted: the
+            # pool is emptied, so one more try gets a fresh connection.
+            return await self._store.by_hash(digest)
+
+    def _during_outage(self, digest: str, now: float, exc: Exception) -> KeyRecord:
+        known = self._known.get(digest)
+        if known is None or now - known.confirmed_at >= self._outage_s:
+            raise KeyStoreUnavailable(str(exc)) from exc
+        known.fetched_at = now  # ask again after the TTL, not on every request
+        log.warning(
+            "keys database unreachable (%s): trusting cached key %s, confirmed %.0f s ago",
+            exc,
+            known.record.id,
+            now - known.confirmed_at,
+        )
+        return known.record
 
     def forget(self, key_id: str | None = None) -> None:
         if key_id is None:
-            self._cache.clear()
+            self._known.clear()
+            self._unknown.clear()
             return
-        for digest, (record, _) in list(self._cache.items()):
-            if record is not None and record.id == key_id:
-                del self._cache[digest]
+        for digest, known in self._known.items():
+            if known.record.id == key_id:
+                self._known.pop(digest)

@@ -12,9 +12,25 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.settings import Settings
-from app.tenancy.db import DatabaseError, default_url, open_database
-from app.tenancy.keys import DEFAULT_RPM, KeyLimits, KeyNotFound, KeyRecord, KeyStore
-from app.tenancy.report import FORMATS, GROUPS, parse_time, render, summarize
+from app.settings_sources import settings_from
+from app.tenancy.db import DatabaseError, ensure_data_dir, open_database
+from app.tenancy.keys import (
+    CACHE_GROUP_CHARS,
+    DEFAULT_RPM,
+    KeyLimits,
+    KeyNotFound,
+    KeyRecord,
+    KeyStore,
+)
+from app.tenancy.report import (
+    FORMATS,
+    GROUPS,
+    parse_time,
+    refusal_reasons,
+    render,
+    render_reasons,
+    summarize,
+)
 from app.tenancy.service import AuthConfigError, auth_mode, database_url, static_keys
 
 
@@ -34,9 +50,22 @@ def _models(text: str) -> tuple[str, ...] | None:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
+def _cache_group(text: str) -> str | None:
+    if text.lower() in ("", "none"):
+        return None
+    if len(text) > CACHE_GROUP_CHARS:
+        raise argparse.ArgumentTypeError(f"a cache group is at most {CACHE_GROUP_CHARS} characters")
+    return text
+
+
 def _database_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--database-url", help="default: sqlite:/// lilac.db in --data-dir")
-    parser.add_argument("--data-dir", default=Settings().data_dir)
+    # Unset here: `_url` falls back to LILAC_DATABASE_URL / LILAC_DATA_DIR, as `serve` does.
+    parser.add_argument(
+        "--database-url", help="default: sqlite:/// lilac.db in --data-dir [LILAC_DATABASE_URL]"
+    )
+    parser.add_argument(
+        "--data-dir", help=f"default: {Settings().data_dir}, made on first use [LILAC_DATA_DIR]"
+    )
 
 
 def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
@@ -68,6 +97,12 @@ def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
         default=None if defaults else argparse.SUPPRESS,
         help="comma-separated served names the key may use (default all)",
     )
+    parser.add_argument(
+        "--cache-group",
+        type=_cache_group,
+        default=None if defaults else argparse.SUPPRESS,
+        help="keys of one group share the prefix cache (default: the key's own; none: clear)",
+    )
 
 
 def add_commands(commands: Any) -> None:
@@ -95,7 +130,15 @@ def add_commands(commands: Any) -> None:
 
 
 def _url(args: argparse.Namespace) -> str:
-    return args.database_url or default_url(args.data_dir)
+    """The database of a `keys` or `usage` command: the flags, else the environment, else
+    the defaults, like `serve`. The data directory of the default file is made if missing
+    (an explicit `--database-url` in a missing folder stays an error: likely a typo)."""
+    given = argparse.Namespace(database_url=args.database_url, data_dir=args.data_dir)
+    settings = settings_from(given)
+    url = database_url(settings)
+    if settings.database_url is None:
+        ensure_data_dir(settings.data_dir)
+    return url
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,7 +193,7 @@ async def _keys(args: argparse.Namespace) -> None:
     try:
         if args.action == "create":
             limits = KeyLimits(args.rpm, args.tpm, args.max_concurrent, args.priority, args.models)
-            record, secret = await store.create(args.name, limits)
+            record, secret = await store.create(args.name, limits, cache_group=args.cache_group)
             print(f"created {record.id} ({record.name}); the key, shown only now:", file=sys.stderr)
             print(secret)
         elif args.action == "list":
@@ -165,7 +208,8 @@ async def _keys(args: argparse.Namespace) -> None:
         else:
             fields = ("rpm", "tpm", "max_concurrent", "priority", "models")
             changes = {f: getattr(args, f) for f in fields if hasattr(args, f)}
-            record = await store.update(args.id, changes)
+            group = {"cache_group": args.cache_group} if hasattr(args, "cache_group") else {}
+            record = await store.update(args.id, changes, **group)
             print(json.dumps(record.public()))
     finally:
         await engine.dispose()
@@ -173,11 +217,15 @@ async def _keys(args: argparse.Namespace) -> None:
 
 async def _usage(args: argparse.Namespace) -> None:
     engine = await open_database(_url(args))
+    since, until = parse_time(args.since), parse_time(args.until)
     try:
-        rows = await summarize(engine, args.by, parse_time(args.since), parse_time(args.until))
+        rows = await summarize(engine, args.by, since, until)
+        reasons = await refusal_reasons(engine, since, until)
     finally:
         await engine.dispose()
     print(render(rows, args.by, args.format))
+    if args.format == "table" and reasons:
+        print(render_reasons(reasons))
 
 
 def check_serve(settings: Settings) -> str | None:
@@ -189,6 +237,7 @@ def check_serve(settings: Settings) -> str | None:
             if not static_keys(settings):
                 return "--auth static needs --api-key KEY or --api-key-file FILE"
         elif mode == "keys":
+            ensure_data_dir(settings.data_dir)  # the usage spool lives there
             engine = asyncio.run(open_database(database_url(settings), must_exist=True))
             asyncio.run(engine.dispose())
     except (AuthConfigError, DatabaseError) as exc:

@@ -4,12 +4,22 @@ SQLite (a file under the data directory, WAL mode) is the default; PostgreSQL, g
 a `postgresql://` URL, is what replicas share. Opening checks what a user's first
 mistake looks like (a missing folder, a read-only or locked file) and says so in one
 line (`DatabaseError`), so that the server exits with a clear message, not a traceback.
+
+Migrating holds a lock, so that replicas starting together on one database take turns:
+the first brings the schema to the newest revision, the others then find it there. On
+PostgreSQL it is a transaction-level advisory lock (released by the commit, or by the
+server if the process dies); on SQLite an exclusive `flock` on a file beside the
+database.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import fcntl
 import os
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +34,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 DB_FILE = "lilac.db"
 # SQLite waits this long for another writer's lock before failing.
 BUSY_TIMEOUT_MS = 5000
+# Any fixed number: what every lilac-serve agrees to lock while it migrates.
+MIGRATION_LOCK_ID = 0x6C696C6163  # "lilac"
+# How long a replica waits for another's migration before giving up.
+MIGRATION_LOCK_TIMEOUT_S = 300
 
 
 class DatabaseError(Exception):
@@ -32,6 +46,16 @@ class DatabaseError(Exception):
 
 def default_url(data_dir: str) -> str:
     return f"sqlite:///{Path(data_dir).expanduser() / DB_FILE}"
+
+
+def ensure_data_dir(data_dir: str) -> Path:
+    """The data directory, made (with its parents, private to the user) if missing."""
+    path = Path(data_dir).expanduser()
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseError(f"cannot create the data directory {path}: {exc}") from exc
+    return path
 
 
 def async_url(url: str) -> str:
@@ -100,12 +124,56 @@ def _at_head(connection: Connection) -> bool:
 
 
 async def migrate(engine: AsyncEngine) -> None:
-    """Bring the schema to the newest revision (a no-op when it is there)."""
+    """Bring the schema to the newest revision (a no-op when it is there), one process
+    at a time."""
     try:
-        async with engine.begin() as conn:
+        async with _sqlite_migration_lock(engine), engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Advisory locks obey lock_timeout; both end with this transaction.
+                timeout_ms = MIGRATION_LOCK_TIMEOUT_S * 1000
+                await conn.exec_driver_sql(f"SET LOCAL lock_timeout = {timeout_ms}")
+                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
             await conn.run_sync(_upgrade)
+    except DatabaseError:
+        raise
     except Exception as exc:
         raise DatabaseError(f"cannot migrate the database: {_reason(exc)}") from exc
+
+
+@contextlib.asynccontextmanager
+async def _sqlite_migration_lock(engine: AsyncEngine) -> AsyncIterator[None]:
+    """An exclusive flock on `<database>.migrate.lock` (no-op on other databases). The
+    kernel releases it if the process dies, so a crashed migration blocks nobody."""
+    path = sqlite_path(engine.url.render_as_string(hide_password=False))
+    if path is None or not str(path) or str(path) == ":memory:":
+        yield
+        return
+    lock_path = path.resolve().with_name(path.name + ".migrate.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise DatabaseError(f"cannot open the migration lock {lock_path}: {exc}") from exc
+    try:
+        await _flock(fd, lock_path)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+async def _flock(fd: int, lock_path: Path) -> None:
+    """Take the lock without blocking the event loop: try, sleep a little, try again."""
+    deadline = asyncio.get_running_loop().time() + MIGRATION_LOCK_TIMEOUT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise DatabaseError(
+                    f"another process has held the migration lock {lock_path} for "
+                    f"{MIGRATION_LOCK_TIMEOUT_S} s"
+                ) from None
+            await asyncio.sleep(0.05)
 
 
 async def check_ready(engine: AsyncEngine) -> None:

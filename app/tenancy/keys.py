@@ -24,6 +24,7 @@ from app.tenancy.schema import api_keys
 PREFIX = "lilac-sk-"
 _SHAPE = re.compile(r"lilac-sk-[A-Za-z0-9_-]{43}")
 DEFAULT_RPM = 200
+CACHE_GROUP_CHARS = 64  # the api_keys.cache_group column
 
 
 def new_secret() -> str:
@@ -61,6 +62,8 @@ class KeyRecord:
     limits: KeyLimits = field(default_factory=KeyLimits)
     last_used_at: float | None = None
     revoked_at: float | None = None
+    # Keys of one group may share the engine's prefix cache; None: the key's own.
+    cache_group: str | None = None
 
     @property
     def revoked(self) -> bool:
@@ -80,6 +83,7 @@ class KeyRecord:
             "max_concurrent": limits.max_concurrent,
             "priority": limits.priority,
             "models": list(limits.models) if limits.models is not None else None,
+            "cache_group": self.cache_group,
         }
 
 
@@ -107,6 +111,7 @@ def _record(row: Any) -> KeyRecord:
         created_at=row.created_at,
         last_used_at=row.last_used_at,
         revoked_at=row.revoked_at,
+        cache_group=row.cache_group,
         limits=KeyLimits(
             rpm=row.rpm,
             tpm=row.tpm,
@@ -123,11 +128,17 @@ class KeyStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    async def create(self, name: str, limits: KeyLimits) -> tuple[KeyRecord, str]:
+    async def create(
+        self, name: str, limits: KeyLimits, cache_group: str | None = None
+    ) -> tuple[KeyRecord, str]:
         """A new key: its record, and the secret (shown once, never stored)."""
         secret = new_secret()
         record = KeyRecord(
-            id="key_" + secrets.token_hex(6), name=name, created_at=time.time(), limits=limits
+            id="key_" + secrets.token_hex(6),
+            name=name,
+            created_at=time.time(),
+            limits=limits,
+            cache_group=cache_group,
         )
         async with self.engine.begin() as conn:
             await conn.execute(
@@ -136,6 +147,7 @@ class KeyStore:
                     name=name,
                     key_hash=hash_key(secret),
                     created_at=record.created_at,
+                    cache_group=cache_group,
                     **_row_values(limits),
                 )
             )
@@ -170,15 +182,19 @@ class KeyStore:
             )
         return replace(record, revoked_at=revoked_at)
 
-    async def update(self, key_id: str, changes: dict[str, Any]) -> KeyRecord:
-        """Change some limits (`KeyLimits` field names) of a key."""
+    async def update(self, key_id: str, changes: dict[str, Any], **group: str | None) -> KeyRecord:
+        """Change some limits (`KeyLimits` field names) of a key, and its cache group
+        when `cache_group=` is given (None clears it)."""
         record = await self.get(key_id)
         limits = replace(record.limits, **changes)
+        cache_group = group.get("cache_group", record.cache_group)
         async with self.engine.begin() as conn:
             await conn.execute(
-                update(api_keys).where(api_keys.c.id == key_id).values(**_row_values(limits))
+                update(api_keys)
+                .where(api_keys.c.id == key_id)
+                .values(cache_group=cache_group, **_row_values(limits))
             )
-        return replace(record, limits=limits)
+        return replace(record, limits=limits, cache_group=cache_group)
 
     async def touch(self, last_used: dict[str, float]) -> None:
         """Record when keys were last used (batched by the usage writer)."""

@@ -1,5 +1,9 @@
 """Per-key limits: requests and tokens per minute (token buckets), concurrent requests.
 
+A request takes as many concurrency slots as it has prompts (a completion of 64
+prompts is 64 engine requests, and 64 admission tickets); its `n` choices share each
+prompt's slot and count in its tokens. One request is one of RPM whatever it holds.
+
 Buckets refill continuously (a limit of 60 per minute gives one back each second) and
 run on `time.monotonic`: setting the wall clock back or forward neither refills nor
 drains them. Limits are per server process; replicas each enforce them.
@@ -63,6 +67,7 @@ class Reservation:
 
     key_id: str
     tokens: int
+    slots: int = 1  # concurrency slots: the request's prompts
     settled: bool = False
 
 
@@ -88,18 +93,16 @@ class Limiter:
             self._keys[key_id] = state
         return state
 
-    def admit(self, key_id: str, limits: KeyLimits, tokens: int) -> Reservation:
-        """Take one request and `tokens` (prompt plus reserved output) for the key, or
-        raise `RateLimited` saying which limit and when to retry. Nothing is taken
-        when any limit refuses."""
+    def admit(self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1) -> Reservation:
+        """Take one request, `slots` concurrency slots (its prompts) and `tokens` (prompt
+        plus reserved output) for the key, or raise `RateLimited` saying which limit and
+        when to retry. Nothing is taken when any limit refuses."""
         now = self._clock()
         state = self._state(key_id, limits, now)
         requests, budget = state.requests, state.tokens
-        if limits.max_concurrent is not None and state.in_flight >= limits.max_concurrent:
-            raise RateLimited(
-                f"Too many concurrent requests for this key (limit {limits.max_concurrent}).",
-                1.0,
-            )
+        cap = limits.max_concurrent
+        if cap is not None and state.in_flight + slots > cap:
+            raise RateLimited(_concurrency_message(cap, slots), 1.0 if slots <= cap else 60.0)
         if requests is not None:
             requests.refill(now)
             wait = requests.wait_for(1)
@@ -120,8 +123,23 @@ class Limiter:
             budget.level -= tokens
         if requests is not None:
             requests.level -= 1
-        state.in_flight += 1
-        return Reservation(key_id, tokens)
+        state.in_flight += slots
+        return Reservation(key_id, tokens, slots)
+
+    def take_request(self, key_id: str, limits: KeyLimits) -> None:
+        """One request of the key's requests per minute for a request that generates
+        nothing (no tokens, no concurrency slot held), or `RateLimited`."""
+        now = self._clock()
+        requests = self._state(key_id, limits, now).requests
+        if requests is None:
+            return
+        requests.refill(now)
+        wait = requests.wait_for(1)
+        if wait > 0:
+            raise RateLimited(
+                f"Rate limit reached for requests per minute (limit {requests.capacity}).", wait
+            )
+        requests.level -= 1
 
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """The request ended: give back the concurrency slot and the reserved tokens it
@@ -132,7 +150,7 @@ class Limiter:
         state = self._keys.get(reservation.key_id)
         if state is None:
             return
-        state.in_flight = max(0, state.in_flight - 1)
+        state.in_flight = max(0, state.in_flight - reservation.slots)
         if state.tokens is not None:
             bucket = state.tokens
             bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
@@ -151,6 +169,20 @@ class Limiter:
             out.append((b"x-ratelimit-remaining-" + kind.encode(), str(remaining).encode()))
             out.append((b"x-ratelimit-reset-" + kind.encode(), duration(bucket.reset_s())))
         return out
+
+
+def _concurrency_message(cap: int, slots: int) -> str:
+    if slots > cap:
+        return (
+            f"This request has {slots} prompts, each a concurrent request; this key may run "
+            f"{cap} at once. Send fewer prompts per request."
+        )
+    if slots > 1:
+        return (
+            f"Too many concurrent requests for this key (limit {cap}; this request's "
+            f"{slots} prompts count as {slots})."
+        )
+    return f"Too many concurrent requests for this key (limit {cap})."
 
 
 def duration(seconds: float) -> bytes:

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from app.tenancy.service import Tenancy
 
 SCOPE_KEY = "lilac.key"
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+# Probes and metrics answer without a key: load balancers, container and Kubernetes
+# probes and Prometheus call them without one, and they hold no tenant's data.
+OPEN_PATHS = frozenset({"/health", "/health/live", "/metrics"})
 
 _INVALID = msgspec.json.encode(
     {

@@ -1,5 +1,9 @@
-"""The usage report: usage rows summed by key, model or day, between two times; and
-its table, CSV and JSON forms (`lilac-serve usage`, GET /admin/usage)."""
+"""The usage report: usage rows summed by key, model or day, between two times, with
+the requests refused before generating (`refused`, from the per-minute counts); and
+its table, CSV and JSON forms (`lilac-serve usage`, GET /admin/usage).
+
+Refusals are counted per key, minute and reason, not per model: by model they are one
+row whose model is null (`-` in the table)."""
 
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.schema import usage
+from app.tenancy.schema import usage, usage_refusals
 
 GROUPS = {"key": usage.c.key_id, "model": usage.c.model, "day": usage.c.day}
+REFUSAL_GROUPS = {"key": usage_refusals.c.key_id, "day": usage_refusals.c.day}
 FORMATS = ("table", "csv", "json")
 COLUMNS = (
     "requests",
@@ -27,6 +32,7 @@ COLUMNS = (
     "cancelled",
     "errors",
     "rejected",
+    "refused",
 )
 
 
@@ -77,26 +83,74 @@ async def summarize(
         statement = statement.where(usage.c.created_at < until)
     async with engine.connect() as conn:
         rows = (await conn.execute(statement.order_by(group))).mappings().all()
-    out = []
+        refused = await _refused(conn, by, since, until)
+    out: dict[Any, dict[str, Any]] = {}
     for row in rows:
-        item = {by: row[by], **{c: int(row[c] or 0) for c in COLUMNS if c != "total_tokens"}}
+        item = {c: int(row[c] or 0) for c in COLUMNS if c not in ("total_tokens", "refused")}
         item["total_tokens"] = item["prompt_tokens"] + item["completion_tokens"]
-        out.append({by: item[by], **{c: item[c] for c in COLUMNS}})
-    return out
+        out[row[by]] = {by: row[by], **{c: item.get(c, 0) for c in COLUMNS}}
+    for name, count in refused.items():
+        out.setdefault(name, {by: name, **dict.fromkeys(COLUMNS, 0)})["refused"] = count
+    return sorted(out.values(), key=lambda item: (item[by] is None, str(item[by])))
 
 
-def render(rows: list[dict[str, Any]], by: str, form: str) -> str:
+async def _refused(conn: Any, by: str, since: float | None, until: float | None) -> dict[Any, int]:
+    """Refused requests per group. A minute's count is in the report when the minute
+    overlaps [since, until)."""
+    group = REFUSAL_GROUPS.get(by)
+    total = func.sum(usage_refusals.c.count).label("refused")
+    statement = select(total) if group is None else select(group.label(by), total)
+    if group is not None:
+        statement = statement.group_by(group)
+    if since is not None:
+        statement = statement.where(usage_refusals.c.minute > since - 60)
+    if until is not None:
+        statement = statement.where(usage_refusals.c.minute < until)
+    rows = (await conn.execute(statement)).all()
+    if group is None:
+        return {None: int(rows[0][0])} if rows and rows[0][0] else {}
+    return {row[0]: int(row[1]) for row in rows}
+
+
+async def refusal_reasons(
+    engine: AsyncEngine, since: float | None = None, until: float | None = None
+) -> list[dict[str, Any]]:
+    """Refused requests per key and reason (the report's `refused`, broken down)."""
+    total = func.sum(usage_refusals.c.count).label("refused")
+    keys, reasons = usage_refusals.c.key_id, usage_refusals.c.reason
+    statement = select(keys, reasons, total).group_by(keys, reasons).order_by(keys, reasons)
+    if since is not None:
+        statement = statement.where(usage_refusals.c.minute > since - 60)
+    if until is not None:
+        statement = statement.where(usage_refusals.c.minute < until)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(statement)).all()
+    return [{"key": k, "reason": r, "refused": int(c)} for k, r, c in rows]
+
+
+def render_reasons(reasons: list[dict[str, Any]]) -> str:
+    """The refusals by key and reason, under the table (`lilac-serve usage`)."""
+    if not reasons:
+        return ""
+    lines = [render(reasons, "key", "table", columns=("reason", "refused"))]
+    return "\nrefused before generating, by key and reason:\n" + "\n".join(lines)
+
+
+def render(
+    rows: list[dict[str, Any]], by: str, form: str, columns: tuple[str, ...] = COLUMNS
+) -> str:
     if form == "json":
         return json.dumps(rows, indent=2)
-    header = [by, *COLUMNS]
+    header = [by, *columns]
     if form == "csv":
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         return buffer.getvalue().rstrip("\n")
-    cells = [[str(row[c]) for c in header] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    cells = [["-" if row[c] is None else str(row[c]) for c in header] for row in rows]
+    # A list, not unpacked arguments: with no rows yet, max() gets the header alone.
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""The tenancy tables, in SQLAlchemy Core: API keys and metered usage.
+"""The tenancy tables, in SQLAlchemy Core: API keys, metered usage, the usage rows the
+database refused (dead letters) and the counts of refused requests.
 
 Alembic's migrations (app/tenancy/migrations) create and change them; these
 definitions are what the code reads and writes, and what autogenerate compares.
@@ -46,15 +47,25 @@ api_keys = Table(
     Column("max_concurrent", Integer, nullable=True),
     Column("priority", Integer, nullable=False, server_default="0"),
     Column("models", Text, nullable=True),  # JSON list of served names; NULL: all
+    # Keys of one group may share the engine's prefix cache; NULL: the key's own.
+    Column("cache_group", String(64), nullable=True),
 )
+
+# What the HTTP edge lets through to the usage columns (longer is refused there).
+MODEL_CHARS = 256
+REQUEST_ID_CHARS = 80
+CLIENT_REQUEST_ID_CHARS = 36
+REASON_CHARS = 40
 
 usage = Table(
     "usage",
     metadata,
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
-    Column("request_id", String(80), nullable=False, unique=True),
+    # The response's id, made unique by the server even when the client chose
+    # X-Request-Id; the client's id, when it sent one, is `client_request_id`.
+    Column("request_id", String(REQUEST_ID_CHARS), nullable=False, unique=True),
     Column("key_id", String(32), nullable=True),
-    Column("model", String(200), nullable=False),
+    Column("model", String(MODEL_CHARS), nullable=False),
     Column("endpoint", String(40), nullable=False),
     Column("prompt_tokens", Integer, nullable=False),
     Column("cached_tokens", Integer, nullable=False),
@@ -67,6 +78,34 @@ usage = Table(
     Column("duration_ms", Float, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("day", String(10), nullable=False),
+    Column("client_request_id", String(CLIENT_REQUEST_ID_CHARS), nullable=True),
     Index("ix_usage_created_at", "created_at"),
     Index("ix_usage_key_id_created_at", "key_id", "created_at"),
+)
+
+# A usage record the database would not take (alone, with the database up): kept whole,
+# as JSON, with the database's reason, so it can be billed by hand and never blocks
+# the records behind it.
+usage_dead_letter = Table(
+    "usage_dead_letter",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("request_id", Text, nullable=False),
+    Column("record", Text, nullable=False),  # the UsageRecord as JSON
+    Column("error", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+# Requests refused before generating (rate limited, queue full, unknown model, bad
+# request ...): a count per key, minute and reason, not a row per request, so a blocked
+# key cannot grow the database faster than a row per reason a minute.
+usage_refusals = Table(
+    "usage_refusals",
+    metadata,
+    Column("key_id", String(32), primary_key=True),
+    Column("minute", Float, primary_key=True),  # Unix seconds at the minute's start
+    Column("reason", String(REASON_CHARS), primary_key=True),
+    Column("day", String(10), nullable=False),
+    Column("count", BigInteger().with_variant(Integer, "sqlite"), nullable=False),
+    Index("ix_usage_refusals_minute", "minute"),
 )

@@ -17,9 +17,10 @@ from typing import Any
 from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import ModelNotFound, TooManyRequests, to_api_error
+from app.errors import ClientDisconnected, ModelNotFound, TooManyRequests, to_api_error
+from app.observability import context
 from app.settings import Settings
-from app.tenancy.auth import Authenticator, DatabaseKeys, StaticKeys
+from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, Reservation
@@ -83,7 +84,9 @@ def spool_path(settings: Settings) -> Path:
 
 
 def outcome_of(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+    # The client left: before its response began (ClientDisconnected), or the server
+    # cancelled or closed the stream it was reading.
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit | ClientDisconnected):
         return "cancelled"
     if isinstance(exc, Drained):
         return "drained"
@@ -94,11 +97,37 @@ def outcome_of(exc: BaseException) -> str:
     return "error"
 
 
+def refusal_reason(exc: BaseException) -> str:
+    """The error code a refused request's client got (`rate_limit_exceeded`,
+    `queue_full`, `model_not_found`, ...): the reason its refusal is counted under."""
+    if isinstance(exc, RateLimited):
+        return "rate_limit_exceeded"
+    if isinstance(exc, Exception):
+        error = to_api_error(exc)
+        return error.code or error.error_type
+    return "cancelled"
+
+
+def is_refusal(record: UsageRecord) -> bool:
+    """Refused before anything was generated or read: a count, not a usage row."""
+    return (
+        record.outcome in ("rejected", "drained")
+        and record.prompt_tokens == 0
+        and record.completion_tokens == 0
+    )
+
+
 class RequestMeter:
-    """One generation request's usage: read from its `generation` (the skeleton's
-    counters) when it ends, settled against the key's limits, and written."""
+    """One generation request's usage: read from its `generation` when it ends, settled
+    against the key's limits, and written, exactly once (`finish` or `abandon`, whichever
+    comes first; later calls do nothing).
+
+    The tokens billed are the engine's own count (`Generation.engine_*`, reported through
+    each engine request's tally): a prompt counts from the moment the engine took it,
+    output tokens as the engine produced them, read by the client or not."""
 
     __slots__ = (
+        "client_request_id",
         "endpoint",
         "generation",
         "key",
@@ -106,6 +135,7 @@ class RequestMeter:
         "n",
         "request_id",
         "reservation",
+        "settled",
         "started",
         "tenancy",
         "wall_start",
@@ -118,8 +148,11 @@ class RequestMeter:
         self.model = model
         self.n = n
         self.request_id = uuid.uuid4().hex
+        http = context.current()
+        self.client_request_id = http.client_request_id if http is not None else None
         self.reservation: Reservation | None = None
         self.generation: Any = None
+        self.settled = False
         self.started = time.monotonic()
         self.wall_start = time.time()
 
@@ -130,7 +163,8 @@ class RequestMeter:
         if self.generation is not None:
             request_id = self.generation.id
             usage = self.generation.usage()
-            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+            prompt = self.generation.engine_prompt_tokens
+            completion = self.generation.engine_completion_tokens
             cached = usage.prompt_tokens_details.cached_tokens
             reasoning = usage.completion_tokens_details.reasoning_tokens
             first = self.generation.first_output_at
@@ -150,27 +184,37 @@ class RequestMeter:
             ttft_ms=ttft_ms,
             duration_ms=(time.monotonic() - self.started) * 1000,
             created_at=self.wall_start,
+            client_request_id=self.client_request_id,
         )
 
     def _settle(self, record: UsageRecord) -> bool:
-        if self.reservation is None or self.reservation.settled:
+        """True the first time: the caller writes the record."""
+        if self.settled:
             return False
-        used = record.prompt_tokens + record.completion_tokens
-        self.tenancy.limiter.settle(self.reservation, used)
+        self.settled = True
+        if self.reservation is not None:
+            used = record.prompt_tokens + record.completion_tokens
+            self.tenancy.limiter.settle(self.reservation, used)
         return True
 
     async def finish(self, exc: BaseException | None = None) -> None:
         """The request ended (`exc` None: completed). Returns once the record is durable."""
         record = self.record("completed" if exc is None else outcome_of(exc))
         if self._settle(record) and self.tenancy.writer is not None:
-            await self.tenancy.writer.write(record)
+            if exc is not None and is_refusal(record):
+                self.tenancy.writer.refuse(self.key.id, refusal_reason(exc), record.created_at)
+            else:
+                await self.tenancy.writer.write(record)
 
     def abandon(self, exc: BaseException) -> None:
         """The request ended without anyone waiting (cancelled, or failed before its
-        response): the record is queued, not awaited."""
+        response): the record is queued, not awaited; a refusal is only counted."""
         record = self.record(outcome_of(exc))
         if self._settle(record) and self.tenancy.writer is not None:
-            self.tenancy.writer.submit(record)
+            if is_refusal(record):
+                self.tenancy.writer.refuse(self.key.id, refusal_reason(exc), record.created_at)
+            else:
+                self.tenancy.writer.submit(record)
 
 
 class Tenancy:
@@ -198,12 +242,17 @@ class Tenancy:
             return cls(Authenticator())
         if mode == "static":
             return cls(StaticKeys(static_keys(settings)))
-        return cls.with_database(create_engine(database_url(settings)), spool_path(settings))
+        return cls.with_database(
+            create_engine(database_url(settings)),
+            spool_path(settings),
+            outage_s=settings.key_cache_outage_s,
+        )
 
     @classmethod
-    def with_database(cls, engine: AsyncEngine, spool: Path) -> Tenancy:
+    def with_database(cls, engine: AsyncEngine, spool: Path, outage_s: float = OUTAGE_S) -> Tenancy:
         store = KeyStore(engine)
-        return cls(DatabaseKeys(store), store=store, writer=UsageWriter(engine, spool, store))
+        auth = DatabaseKeys(store, outage_s=outage_s)
+        return cls(auth, store=store, writer=UsageWriter(engine, spool, store))
 
     async def start(self) -> None:
         if self.writer is not None:
@@ -215,20 +264,40 @@ class Tenancy:
             await self.writer.engine.dispose()
 
     def begin(
-        self, key: KeyRecord, endpoint: str, model: str, n: int, reserve_tokens: int
+        self,
+        key: KeyRecord,
+        endpoint: str,
+        model: str,
+        n: int,
+        reserve_tokens: int,
+        slots: int = 1,
     ) -> RequestMeter:
-        """Check the key may use `model` and is within its limits; the meter of the
-        request. Raises the API errors a client gets (404, 429)."""
+        """Check the key may use `model` and is within its limits (`slots`: the
+        request's prompts, each a concurrent request); the meter of the request. Raises
+        the API errors a client gets (404, 429)."""
         if not key.limits.allows_model(model):
+            if self.writer is not None:
+                self.writer.refuse(key.id, "model_not_found", time.time())
             raise ModelNotFound(model)
         meter = RequestMeter(self, key, endpoint, model, n)
         try:
-            meter.reservation = self.limiter.admit(key.id, key.limits, reserve_tokens)
+            meter.reservation = self.limiter.admit(key.id, key.limits, reserve_tokens, slots)
         except RateLimited as exc:
-            if self.writer is not None:
-                self.writer.submit(meter.record("rejected"))
+            if self.writer is not None:  # a count per key, minute and reason; not a row
+                self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
         return meter
+
+    def admit_unmetered(self, key: KeyRecord, model: str) -> None:
+        """A request that generates nothing (/tokenize, /detokenize): the key must allow
+        `model` (else 404, as for generation) and it takes one of the key's requests per
+        minute (else 429). It writes no usage row."""
+        if not key.limits.allows_model(model):
+            raise ModelNotFound(model)
+        try:
+            self.limiter.take_request(key.id, key.limits)
+        except RateLimited as exc:
+            raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
 
 
 def request_key(request: Request[Any, Any, Any]) -> KeyRecord | None:

@@ -22,13 +22,26 @@ if TYPE_CHECKING:
 class Lease:
     """One admitted generation; `revoked` once a drain's grace period has run out."""
 
-    __slots__ = ("_drained", "request_id", "revoked", "ticket")
+    __slots__ = ("_drained", "_prefilled", "request_id", "revoked", "ticket")
 
-    def __init__(self, ticket: Ticket, request_id: str, drained: Callable[[], Drained]) -> None:
+    def __init__(
+        self,
+        ticket: Ticket,
+        request_id: str,
+        drained: Callable[[], Drained],
+        prefilled: Callable[[Lease], None] | None = None,
+    ) -> None:
         self.ticket = ticket
         self.request_id = request_id
         self.revoked = False
         self._drained = drained
+        self._prefilled = prefilled  # called once, at the first output
+
+    def first_output(self) -> None:
+        """The engine's first output for this generation: its prompt is prefilled."""
+        prefilled, self._prefilled = self._prefilled, None
+        if prefilled is not None:
+            prefilled(self)
 
     def check(self) -> None:
         """Raise `Drained` once revoked: the generation must end now."""
@@ -46,5 +59,6 @@ async def admitted(
         async with aclosing(generator.generate(request)) as outputs:
             async for output in outputs:
                 lease.check()
+                lease.first_output()
                 yield output
         lease.check()  # the engine ended it early because admission aborted it

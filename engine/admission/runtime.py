@@ -38,6 +38,7 @@ from engine.protocol import GenerateRequest, ModelHost, ModelInfo
 log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
+PREFILL_CONTEXTS = 1  # a client's admitted prompts not yet begun: at most this many contexts
 
 
 class AdmittedHost(ModelHost, Protocol):
@@ -239,10 +240,24 @@ class AdmissionController:
         self._use_model(model)
         sampling = request.sampling
         tokens = estimate_tokens(
-            request.messages, request.prompt, sampling.max_tokens, model.max_model_len, sampling.n
+            request.messages,
+            request.prompt,
+            sampling.max_tokens,
+            model.max_model_len,
+            sampling.n,
+            len(request.prompt_token_ids or ()),
+        )
+        prompt_tokens = estimate_tokens(
+            request.messages,
+            request.prompt,
+            0,
+            model.max_model_len,
+            prompt_token_ids=len(request.prompt_token_ids or ()),
         )
         client = request.client or "anonymous"
-        lease = await self._acquire(client, request.priority, tokens, request.request_id)
+        lease = await self._acquire(
+            client, request.priority, tokens, request.request_id, prompt_tokens
+        )
         try:
             yield lease
         finally:
@@ -254,16 +269,21 @@ class AdmissionController:
             return
         configured = self.policy.kv_budget_tokens
         self.queue.kv_budget = configured if configured else model.kv_cache_tokens
+        # A context of prompts not yet begun per client: what one engine step prefills
+        # on the CPU (no chunked prefill), several steps' worth with chunked prefill.
+        self.queue.prefill_budget = PREFILL_CONTEXTS * model.max_model_len
         self._budget_set = True
 
-    async def _acquire(self, client: str, priority: int, tokens: int, request_id: str) -> Lease:
+    async def _acquire(
+        self, client: str, priority: int, tokens: int, request_id: str, prompt_tokens: int = 0
+    ) -> Lease:
         """Admit a request now, after a wait in the queue, or raise AdmissionRejected."""
         now = self._clock()
         self.counters["offered"] += 1
         if not self.admitting():
             self._count_rejection("draining" if self.state is State.DRAINING else "yielded")
             raise self._not_admitting(now)
-        ticket = Ticket(next(self._ids), client, priority, tokens, now, now)
+        ticket = Ticket(next(self._ids), client, priority, tokens, now, now, prompt_tokens)
         ticket.deadline = now + self.policy.queue_timeout_s
         try:
             started = self.queue.offer(ticket, self._cap())
@@ -272,7 +292,7 @@ class AdmissionController:
             raise
         if not started:
             await self._wait(ticket)
-        lease = Lease(ticket, request_id, self._drained_error)
+        lease = Lease(ticket, request_id, self._drained_error, self._prefilled)
         self._leases[ticket.id] = lease
         self.counters["admitted"] += 1
         self._observe("queue_wait", self._clock() - now)
@@ -282,8 +302,15 @@ class AdmissionController:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters[ticket.id] = waiter
         self.counters["queued"] += 1
+        # Queued behind others, it may still run at once: a client running nothing may
+        # take the capacity held back for it, and goes ahead of a flood's tickets.
+        self._grant()
         try:
-            await asyncio.wait_for(waiter, self.policy.queue_timeout_s)
+            # Not `wait_for`: on Python 3.11 it returns the result of a waiter granted in
+            # the same instant its task is cancelled, swallowing the cancel; the request
+            # then ran to its end with its client gone. A plain await always raises it.
+            async with asyncio.timeout(self.policy.queue_timeout_s):
+                await waiter
         except TimeoutError:
             self.queue.withdraw(ticket.id)
             self._count_rejection("queue_timeout")
@@ -295,6 +322,10 @@ class AdmissionController:
             raise
         finally:
             self._waiters.pop(ticket.id, None)
+
+    def _prefilled(self, lease: Lease) -> None:
+        self.queue.prefilled(lease.ticket.id)
+        self._grant()  # a client held back by its prefills may go on
 
     def _release(self, lease: Lease) -> None:
         self._leases.pop(lease.ticket.id, None)

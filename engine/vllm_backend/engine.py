@@ -19,7 +19,13 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.checks import output_budget, require_image_input, require_ready, truncated
+from engine.checks import (
+    checked,
+    output_budget,
+    require_image_input,
+    require_ready,
+    truncated,
+)
 from engine.errors import EngineFailure, EngineRequestError
 from engine.families import Family
 from engine.offload import off_loop
@@ -29,6 +35,7 @@ from engine.protocol import (
     ImageInput,
     ModelInfo,
     SamplingOptions,
+    Tally,
 )
 from engine.streams import merge
 from engine.templates import load_template_file, render_chat
@@ -245,17 +252,24 @@ class VLLMEngine:
             prompt_ids = list(prompt["prompt_token_ids"])
         parsing.prompt_token_ids = await off_loop(self._parsing.current_turn, prompt_ids)
         max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
+        if request.cache_salt is not None:
+            prompt["cache_salt"] = request.cache_salt  # vLLM scopes its prefix cache by it
         # Checking and bounding schemas and building the grammar's spec: off the loop too.
         constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
-        if sampling.n > 1 and sampling.temperature == 0:
+        greedy_n = sampling.n > 1 and sampling.temperature == 0
+        # vLLM's own parameter checks, too, before the request may wake a model.
+        self._sampling_params(replace(sampling, n=1) if greedy_n else sampling, max_tokens)
+        await checked(request)
+        if greedy_n:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)
+            one_prompt = _OnePrompt(request.tally) if request.tally is not None else None
             streams = [
                 self._stream(
                     request,
                     dict(prompt),
                     prompt_ids,
-                    _Plan(single, max_tokens, f"{request.request_id}-{i}", constraint),
+                    _Plan(single, max_tokens, f"{request.request_id}-{i}", constraint, one_prompt),
                     # each stream's choice 0 is its own: its own reasoning splitter
                     RequestParsing(parsing.parsing, parsing.settings, parsing.prompt_token_ids),
                 )
@@ -268,7 +282,7 @@ class VLLMEngine:
                     yield output
             return
         # aclosing: closing this generator must close (and so abort) the inner one at once.
-        plan = _Plan(sampling, max_tokens, request.request_id, constraint)
+        plan = _Plan(sampling, max_tokens, request.request_id, constraint, request.tally)
         stream = self._stream(request, prompt, prompt_ids, plan, parsing)
         async with aclosing(stream) as outputs:
             async for output in outputs:
@@ -295,6 +309,16 @@ class VLLMEngine:
             ) from exc
         return rendered
 
+    def _sampling_params(self, sampling: SamplingOptions, max_tokens: int) -> Any:
+        from engine.vllm_backend.sampling import to_sampling_params
+
+        try:
+            return to_sampling_params(
+                sampling, max_tokens, self._turn_end_ids, self._turn_end_texts
+            )
+        except ValueError as exc:  # vLLM's own parameter checks
+            raise EngineRequestError(str(exc)) from exc
+
     async def _stream(
         self,
         request: GenerateRequest,
@@ -303,25 +327,31 @@ class VLLMEngine:
         plan: _Plan,
         parsing: RequestParsing,
     ) -> AsyncGenerator[GenerateOutput, None]:
-        from engine.vllm_backend.sampling import to_sampling_params
-
         sampling = plan.sampling
-        try:
-            params = to_sampling_params(
-                sampling, plan.max_tokens, self._turn_end_ids, self._turn_end_texts
-            )
-        except ValueError as exc:  # vLLM's own parameter checks
-            raise EngineRequestError(str(exc)) from exc
+        params = self._sampling_params(sampling, plan.max_tokens)
         params.structured_outputs = plan.constraint
         top_k = sampling.logprobs or 0
         conversion = OutputConversion(
             parsing, top_k, self._tool_request(request), self._tool_parser, self._tokenizer
         )
         prompt_tokens = len(prompt_ids)
+        tally = plan.tally
         first = True
-        stream = self._llm.generate(prompt, params, plan.request_id, **parsing.engine_kwargs)
+        finished = False
+        queue: Any = None
         try:
-            async for output in stream:
+            # AsyncLLM.generate's loop, written out: the output collector stays at hand, so
+            # an output the engine counted but nobody read is counted here too.
+            queue = await self._llm.add_request(
+                plan.request_id, prompt, params, **parsing.engine_kwargs
+            )
+            if tally is not None:
+                tally.accepted(prompt_tokens)
+            while not finished:
+                output = queue.get_nowait() or await queue.get()
+                finished = output.finished
+                if tally is not None:
+                    tally.generated(_token_count(output))
                 prompt_logprobs = prompt_texts = None
                 if first and sampling.prompt_logprobs is not None:
                     prompt_logprobs = convert_prompt_logprobs(
@@ -337,6 +367,7 @@ class VLLMEngine:
                     cached_tokens=output.num_cached_tokens or 0,
                     prompt_token_texts=prompt_texts,
                 )
+            finished = True
         except ValueError as exc:  # vLLM's input validation (a grammar xgrammar refuses...)
             constraint = request.response_format
             param = constraint.param if constraint is not None and plan.constraint else None
@@ -344,9 +375,57 @@ class VLLMEngine:
         except Exception as exc:
             raise EngineFailure(repr(exc)) from exc
         finally:
-            # Closed early (client gone, or an error): closing vLLM's generator aborts the
-            # request in the engine core. A no-op when it already finished.
-            await stream.aclose()
+            if not finished:
+                await self._end_early(queue, plan.request_id, tally)
+
+    async def _end_early(self, queue: Any, request_id: str, tally: Tally | None) -> None:
+        """Closed before the end (client gone, an error, a drain): count what the engine
+        already counted but nobody read, then abort. The count comes before any await:
+        the output handler runs on this loop and cannot add to the collector meanwhile,
+        and the abort removes the request from vLLM's output processor (which counts
+        nothing for a request it no longer holds)."""
+        if queue is not None and tally is not None:
+            tally.generated(_unread_tokens(queue))
+        if self._llm is None or self._llm.errored:
+            return  # a dead engine holds nothing to abort
+        if queue is not None:
+            await self._llm.abort(queue.request_id, internal=True)
+        else:  # cancelled while vLLM was adding it: it may hold it under our id already
+            await self._llm.abort(request_id)
+
+
+def _token_count(output: Any) -> int:
+    """Output tokens of one vLLM RequestOutput (deltas: all choices that advanced)."""
+    return sum(len(completion.token_ids) for completion in output.outputs)
+
+
+def _unread_tokens(queue: Any) -> int:
+    """Output tokens waiting in a request's collector (outputs merge there while nobody
+    reads); an error waiting there carries none."""
+    try:
+        pending = queue.get_nowait()
+    except Exception:
+        return 0
+    return 0 if pending is None else _token_count(pending)
+
+
+class _OnePrompt:
+    """The tally of a greedy `n > 1` request run as `n` engine requests: the prompt is
+    one prompt (as the response's usage says), counted when the first of them is taken."""
+
+    __slots__ = ("_counted", "_tally")
+
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
+        self._counted = False
+
+    def accepted(self, prompt_tokens: int) -> None:
+        if not self._counted:
+            self._counted = True
+            self._tally.accepted(prompt_tokens)
+
+    def generated(self, tokens: int) -> None:
+        self._tally.generated(tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,3 +436,4 @@ class _Plan:
     max_tokens: int
     request_id: str
     constraint: Any  # vLLM StructuredOutputsParams, or None
+    tally: Tally | None = None

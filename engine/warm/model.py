@@ -1,8 +1,9 @@
 """One model of the pool (`engine.warm.pool`): its state, how it shares the box, and
 the `Engine` that stands in for the model's own engine.
 
-A `WarmModel` delegates to the model's engine, except that a generation first waits
-for the model to be awake (the pool wakes it; concurrent requests share one wake), is
+A `WarmModel` delegates to the model's engine, except that a generation, once the
+engine has checked it, waits for the model to be awake (the pool wakes it; concurrent
+requests share one wake; each client may start only so many wakes a minute), is
 counted while in flight (a model in flight never sleeps) and stamps the model's last
 use.
 """
@@ -10,9 +11,9 @@ use.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -61,9 +62,12 @@ class WarmModel:
         return self.engine.model
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
+        """The model's own stream; a sleeping model wakes only once the engine has
+        checked the request (its `before_run`), so a request that fails its checks wakes
+        nothing."""
         self.in_flight += 1  # from now on the model cannot be put to sleep
         try:
-            await self._pool.ensure_awake(self)
+            request = replace(request, before_run=self._wake_before(request))
             async with aclosing(self.engine.generate(request)) as outputs:
                 async for output in outputs:
                     yield output
@@ -71,6 +75,16 @@ class WarmModel:
             self.in_flight -= 1
             self.last_used = self._pool.clock()
             self._pool.request_ended(self)
+
+    def _wake_before(self, request: GenerateRequest) -> Callable[[], Awaitable[None]]:
+        outer = request.before_run
+
+        async def wake() -> None:
+            if outer is not None:
+                await outer()
+            await self._pool.ensure_awake(self, client=request.client)
+
+        return wake
 
     # Everything else is the model's own engine.
 

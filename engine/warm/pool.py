@@ -27,6 +27,7 @@ from engine.errors import ModelStateConflict, ModelWakeFailed
 from engine.protocol import Engine
 from engine.warm.model import ModelState, WarmConfig, WarmModel
 from engine.warm.sleeper import Sleeper
+from engine.warm.wakes import WakeBudget
 
 log = logging.getLogger("lilac.warm")
 
@@ -47,6 +48,7 @@ class ModelPool:
         wake_wait_s: float = 30.0,
         idle_check_s: float = 0.5,
         retry_after_s: float = 5.0,
+        wakes_per_client_per_minute: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sleeper = sleeper
@@ -55,6 +57,7 @@ class ModelPool:
         self.idle_check_s = idle_check_s
         self.retry_after_s = retry_after_s
         self.clock = clock
+        self.wake_budget = WakeBudget(wakes_per_client_per_minute, lambda: self.clock())
         self.models: list[WarmModel] = []
         self._by_name: dict[str, WarmModel] = {}
         self._lock = asyncio.Lock()  # every state change, one at a time
@@ -131,12 +134,17 @@ class ModelPool:
 
     # ------------------------------------------------------------ waking
 
-    async def ensure_awake(self, model: WarmModel, *, count_waiter: bool = True) -> None:
+    async def ensure_awake(
+        self, model: WarmModel, *, count_waiter: bool = True, client: str | None = None
+    ) -> None:
         """Return once `model` is awake: at once if it is, else after the one wake all
-        its callers share. Raises `ModelWakeFailed`. A loading model returns at once
-        (its engine answers "not ready" itself)."""
+        its callers share. Raises `ModelWakeFailed`, and `WakeLimited` when the wake would
+        be `client`'s and it has used up its wakes (joining one under way is free). A
+        loading model returns at once (its engine answers "not ready" itself)."""
         if model.state in (ModelState.AWAKE, ModelState.LOADING):
             return
+        if model.wake_task is None:
+            self.wake_budget.take(client, model.name)
         if count_waiter:
             model.waiters += 1
             self._notify("waiter", model, 0.0)

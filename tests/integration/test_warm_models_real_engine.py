@@ -4,7 +4,8 @@ engine and a second one (the same weights with the family-test tokenizer, bound 
 builds every model after the first). The pause stand-in sleeps and wakes them (vLLM's
 CPU build has no sleep mode). Covered: routing by model, sleep after keep_alive, wake
 on request, one wake for concurrent requests, the LRU rule under a budget that fits one
-model, a wake that fails, and every model yielding to the owner and coming back."""
+model, a wake that fails, a request failing the engine's checks waking nothing, a
+client's wakes limited, and every model yielding to the owner and coming back."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from engine.vllm_backend.engine import VLLMEngine
 from engine.warm.model import ModelState, WarmConfig, WarmModel
 from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper
+from engine.warm.wakes import WakeBudget
 from tests.client import AppClient, app_client
 from tests.family_model import make_family_checkpoint
 
@@ -250,3 +252,40 @@ async def test_every_model_yields_to_the_owner_and_the_awake_ones_come_back(
     await chat(http, DEFAULT_MODEL_NAME)
     await chat(http, SECOND)  # and a request still wakes it
     assert not await paused(second(pool))
+
+
+async def test_a_request_that_fails_the_engines_checks_wakes_no_model(
+    http: AppClient, pool: ModelPool
+) -> None:
+    await pool.sleep(second(pool))
+    wakes = second(pool).wakes
+    too_long = " ".join(["memo"] * 600)  # over the second model's 512-token context
+    messages = [{"role": "user", "content": too_long}]
+    failed = await http.post(URL, json=body(SECOND, messages=messages))
+    assert failed.status_code == 400, failed.text
+    assert failed.json()["error"]["code"] == "context_length_exceeded"
+    assert second(pool).state is ModelState.ASLEEP and second(pool).wakes == wakes
+    assert await paused(second(pool))
+    assert second(pool).in_flight == 0
+
+
+async def test_a_client_cannot_make_two_models_evict_each_other_in_a_loop(
+    http: AppClient, pool: ModelPool
+) -> None:
+    for model in pool.models:
+        model.config = WarmConfig(memory_gib=1.0)
+    pool.budget_gib = 1.5
+    await pool.sleep(second(pool))
+    pool.wake_budget = WakeBudget(2, pool.clock)
+    try:
+        answers = [
+            await http.post(URL, json=body(name, user="looper"))
+            for name in (SECOND, DEFAULT_MODEL_NAME, SECOND)
+        ]
+        assert [r.status_code for r in answers] == [200, 200, 429]
+        assert answers[-1].json()["error"]["code"] == "wake_limit_exceeded"
+        assert [m.state for m in pool.models] == [ModelState.AWAKE, ModelState.ASLEEP]
+        other = await http.post(URL, json=body(SECOND, user="someone-else"))
+        assert other.status_code == 200, other.text
+    finally:
+        pool.wake_budget = WakeBudget(None, pool.clock)

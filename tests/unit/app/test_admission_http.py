@@ -46,7 +46,7 @@ async def harness() -> AsyncIterator[Harness]:
         grace_period=0.2,
         resume_after=0.0,
         max_concurrent=1,
-        max_queued=2,
+        max_queued=4,  # one place held back for clients with nothing queued
         queue_timeout=5.0,
     )
     async with app_client(engine, settings, probe=StaticProbe()) as http:
@@ -85,49 +85,61 @@ async def _until_queued(harness: Harness, count: int) -> None:
     raise AssertionError(f"never {count} queued")
 
 
-async def test_a_client_alone_may_fill_the_queue(harness: Harness) -> None:
+async def test_a_client_alone_may_fill_the_queue_but_not_the_held_back_place(
+    harness: Harness,
+) -> None:
     long = chat(max_tokens=40, ignore_eos=True, user="alice")
-    tasks = [asyncio.create_task(harness.http.post(URL, json=long)) for _ in range(3)]
-    await _until_queued(harness, 2)  # one runs, two wait: no fair share while alone
+    tasks = [asyncio.create_task(harness.http.post(URL, json=long)) for _ in range(4)]
+    await _until_queued(harness, 3)  # one runs, three wait: no fair share while alone
     assert harness.controller.counters["rejected"] == 0
     assert_retry(await harness.http.post(URL, json=long), 503, "queue_full")
+    # Bob has nothing queued: the held-back place is his.
+    bob = asyncio.create_task(harness.http.post(URL, json=chat(user="bob")))
+    await _until_queued(harness, 4)
     for task in tasks:
         task.cancel()
+    assert (await bob).status_code == 200
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_client_over_its_fair_share_gets_429_once_another_waits(harness: Harness) -> None:
     long = chat(max_tokens=40, ignore_eos=True, user="alice")
     running = asyncio.create_task(harness.http.post(URL, json=long))
-    queued = asyncio.create_task(harness.http.post(URL, json=long))
-    await _until_queued(harness, 1)
-    other = asyncio.create_task(harness.http.post(URL, json=chat(user="bob")))
+    queued = [asyncio.create_task(harness.http.post(URL, json=long)) for _ in range(2)]
     await _until_queued(harness, 2)
-    # Bob waits too: alice's share is half the queue, and she holds it.
+    other = asyncio.create_task(harness.http.post(URL, json=chat(user="bob")))
+    await _until_queued(harness, 3)
+    # Bob waits too and the open part is full: alice holds more than her part.
     response = await harness.http.post(URL, json=long)
     error = assert_retry(response, 429, "over_fair_share")
     assert error["type"] == "rate_limit_exceeded"
-    # A third client is within its share, but the queue is full.
-    assert_retry(await harness.http.post(URL, json=chat(user="carol")), 503, "queue_full")
-    for task in (running, queued, other):
+    # A third client has nothing queued: it takes the held-back place ...
+    carol = asyncio.create_task(harness.http.post(URL, json=chat(user="carol")))
+    await _until_queued(harness, 4)
+    # ... and then the queue is full.
+    assert_retry(await harness.http.post(URL, json=chat(user="dave")), 503, "queue_full")
+    tasks = [running, *queued, other, carol]
+    for task in tasks:
         task.cancel()
-    await asyncio.gather(running, queued, other, return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_bearer_key_is_the_fairness_key_over_user(harness: Harness) -> None:
     long = chat(max_tokens=40, ignore_eos=True)
     key = {"Authorization": "Bearer client-key"}
-    running = asyncio.create_task(harness.http.post(URL, json={**long, "user": "a"}, headers=key))
-    queued = asyncio.create_task(harness.http.post(URL, json={**long, "user": "b"}, headers=key))
-    await _until_queued(harness, 1)
-    other = asyncio.create_task(harness.http.post(URL, json=chat(user="bob")))
+    tasks = [
+        asyncio.create_task(harness.http.post(URL, json={**long, "user": u}, headers=key))
+        for u in ("a", "b", "c")
+    ]
     await _until_queued(harness, 2)
+    tasks.append(asyncio.create_task(harness.http.post(URL, json=chat(user="bob"))))
+    await _until_queued(harness, 3)
     # Different `user`, same key: one client, over its share.
-    response = await harness.http.post(URL, json={**long, "user": "c"}, headers=key)
+    response = await harness.http.post(URL, json={**long, "user": "d"}, headers=key)
     assert_retry(response, 429, "over_fair_share")
-    for task in (running, queued, other):
+    for task in tasks:
         task.cancel()
-    await asyncio.gather(running, queued, other, return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_stream_ended_by_draining_gets_an_error_event_then_done(harness: Harness) -> None:

@@ -383,3 +383,27 @@ async def test_priority_below_zero_is_clamped_not_refused(
     )
     assert response.status_code == 200
     assert scripted_engine.requests[-1].priority == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/completions", {"prompt": "hi"}),
+        ("/tokenize", {"prompt": "hi"}),
+        ("/detokenize", {"tokens": [1]}),
+    ],
+)
+async def test_a_model_name_past_256_characters_is_model_not_found(
+    client: httpx.AsyncClient, path: str, body: dict[str, object]
+) -> None:
+    """Bounded while decoding: it never reaches a key check, a log line or the usage
+    table; the answer quotes only the first 256 characters."""
+    response = await client.post(path, json={**body, "model": "m" * 100_000})
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found" and error["param"] == "model"
+    assert f"`{'m' * 256}...`" in error["message"] and len(error["message"]) < 350
+    at_bound = await client.post(path, json={**body, "model": "m" * 256})
+    assert at_bound.status_code == 404  # decoded, then looked up: an unknown name
+    assert f"`{'m' * 256}`" in at_bound.json()["error"]["message"]

@@ -117,3 +117,81 @@ async def test_metrics_per_model(served: tuple) -> None:
     assert 'lilac_model_wakes_total{model="other"} 1.0' in text
     assert 'lilac_model_wake_waiters_total{model="other"} 1.0' in text
     assert 'lilac_model_wake_seconds_count{model="other"} 1.0' in text
+
+
+MEMORY_1 = WarmConfig(memory_gib=1.0)
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def evicting() -> AsyncIterator[tuple[AppClient, ModelPool, ManualClock]]:
+    """Two models and a budget that fits one: every wake sleeps the other. Each client
+    may start two wakes a minute."""
+    clock = ManualClock()
+    pool = ModelPool(PauseSleeper(), budget_gib=1.5, wakes_per_client_per_minute=2, clock=clock)
+    pool.add(ScriptedEngine(("a",), served_names=("one",), max_model_len=64), MEMORY_1)
+    pool.add(ScriptedEngine(("b",), served_names=("two",), max_model_len=64), MEMORY_1)
+    pool.add(ScriptedEngine(("c",), served_names=("three",), max_model_len=64), MEMORY_1)
+    await pool.sleep(pool.models[1])
+    await pool.sleep(pool.models[2])
+    async with app_client(None, Settings(), models=pool) as http:
+        yield http, pool, clock
+
+
+def states(pool: ModelPool) -> list[str]:
+    return [str(m.state) for m in pool.models]
+
+
+async def test_a_request_that_fails_its_checks_wakes_no_model(evicting: tuple) -> None:
+    http, pool, _ = evicting
+    too_long = " ".join(["word"] * 100)  # over the 64-token context of either model
+    bad = [
+        {**chat("two"), "messages": [{"role": "user", "content": too_long}]},
+        {**chat("two"), "max_tokens": 1000},
+        {"model": "two", "prompt": too_long, "max_tokens": 1},
+        {"model": "two", "prompt": [[5000]], "max_tokens": 1},  # outside the vocabulary
+        {**chat("two"), "response_format": {"type": "json_schema"}},
+    ]
+    for body in bad * 2:
+        path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+        response = await http.post(path, json=body)
+        assert response.status_code == 400, response.text
+    assert states(pool) == ["awake", "asleep", "asleep"]
+    assert [m.wakes for m in pool.models] == [0, 0, 0]
+    assert [m.in_flight for m in pool.models] == [0, 0, 0]
+    woken = await http.post("/v1/chat/completions", json={**chat("two"), "user": "x"})
+    assert woken.status_code == 200, woken.text
+    assert states(pool) == ["asleep", "awake", "asleep"]
+
+
+async def test_a_client_that_has_used_its_wakes_gets_a_429_and_others_still_wake(
+    evicting: tuple,
+) -> None:
+    http, pool, clock = evicting
+    alternating = ["two", "one", "two"]
+    answers = [
+        await http.post("/v1/chat/completions", json={**chat(name), "user": "a"})
+        for name in alternating
+    ]
+    assert [r.status_code for r in answers] == [200, 200, 429]
+    refused = answers[-1]
+    assert refused.json()["error"]["code"] == "wake_limit_exceeded"
+    assert refused.json()["error"]["type"] == "rate_limit_exceeded"
+    assert 29 <= int(refused.headers["retry-after"]) <= 31  # one wake back every 30 s
+    assert states(pool) == ["awake", "asleep", "asleep"]  # the refused wake did not happen
+    # A model that is awake costs no wake.
+    assert (await http.post("/v1/chat/completions", json={**chat("one"), "user": "a"})).is_success
+    # Another client's wakes are its own.
+    other = await http.post("/v1/chat/completions", json={**chat("three"), "user": "b"})
+    assert other.status_code == 200, other.text
+    clock.now += 30.0
+    again = await http.post("/v1/chat/completions", json={**chat("two"), "user": "a"})
+    assert again.status_code == 200, again.text
+    assert sum(m.wakes for m in pool.models) == 4

@@ -1,11 +1,14 @@
-"""deploy/lilac-serve.service: restarted on failure, the admin key from a credentials
-file (never the command line or the environment), and that file read by the server."""
+"""deploy/lilac-serve.service: restarted on failure, serving with API keys from the
+keys database in its state directory, the admin key from a credentials file (never the
+command line or the environment), and that file read by the server."""
 
 import argparse
 import configparser
+import shlex
 from pathlib import Path
 
 from app.settings_sources import build_parser, settings_from
+from app.tenancy.service import auth_mode, database_url
 
 UNIT = Path(__file__).resolve().parents[3] / "deploy" / "lilac-serve.service"
 
@@ -38,3 +41,18 @@ def test_the_credential_file_sets_the_admin_key(tmp_path: Path) -> None:
     config.write_text('[admission]\nadmin_key = "s3cret"\n')
     args = build_parser(argparse.ArgumentParser()).parse_args(["--config", str(config)])
     assert settings_from(args, {}).admin_key == "s3cret"
+
+
+def test_the_unit_serves_with_keys_from_its_state_directory(tmp_path: Path) -> None:
+    service = unit()["Service"]
+    argv = shlex.split(service["ExecStart"])
+    assert argv[0].endswith("/lilac-serve") and argv[1] == "serve"
+    config = tmp_path / "lilac.toml"
+    config.write_text('[admission]\nadmin_key = "s3cret"\n')
+    argv = [str(config) if a == "%d/lilac.toml" else a for a in argv[2:]]
+    settings = settings_from(build_parser(argparse.ArgumentParser()).parse_args(argv), {})
+    assert auth_mode(settings) == "keys"
+    # The database lives where systemd keeps the service's state (StateDirectory=).
+    assert settings.data_dir == f"/var/lib/{service['StateDirectory']}"
+    assert database_url(settings) == f"sqlite:////var/lib/{service['StateDirectory']}/lilac.db"
+    assert settings.resolved_admin_key() == "s3cret"

@@ -46,3 +46,16 @@ def test_owner_day_is_reproducible_and_ordered() -> None:
     starts = [s.start_s for s in day]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)
     assert any(s.sample.foreign_util_pct >= 60 for s in day)
+
+
+def test_a_flood_of_many_prompt_requests_refuses_nobody_else() -> None:
+    """A client sending 64-prompt requests far faster than they can run, beside eight
+    ordinary clients: the flood is refused, the others never are."""
+    idle = [Segment(0.0, GpuSample())]
+    work = replace(WORK, flood_rate_per_s=2.0)
+    policy = replace(BASE, max_queued=256, queue_timeout_s=60.0)
+    result = simulate(policy, idle, work, seed=3, duration_s=600.0)
+    assert result.flood_refused > 10_000
+    assert result.others_refused == 0
+    assert result.refused_with_nothing_queued == 0
+    assert result.completed > 0

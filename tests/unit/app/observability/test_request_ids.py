@@ -7,11 +7,14 @@ import logging
 
 import pytest
 
+from app.observability.context import MAX_CLIENT_ID_CHARS, RequestRecord, accept_request_id
 from app.observability.logs import RequestIdFilter
+from app.tenancy.schema import REQUEST_ID_CHARS
 from engine.scripted import ScriptedEngine
 from tests.client import app_client, stream_events
 
 URL = "/v1/chat/completions"
+SAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-_"
 BODY = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
@@ -33,16 +36,41 @@ async def test_a_client_id_comes_back_and_names_the_response_and_engine_request(
     assert seen and seen[0].startswith("chatcmpl-abc-123-")
 
 
-async def test_an_id_is_made_when_missing_or_unusable_and_returned_on_streams() -> None:
+async def test_an_id_is_made_when_missing_and_returned_on_streams() -> None:
     async with app_client(ScriptedEngine()) as http:
         made = await http.post(URL, json={**BODY, "stream": True})
-        odd = await http.post(URL, json=BODY, headers={"X-Request-Id": "spaces are not ok"})
-    stream_events(made)
+        blank = await http.post(URL, json=BODY, headers={"X-Request-Id": "   "})
     assert len(made.headers["x-request-id"]) == 32
     chunk_id = stream_events(made)[0]["id"]
     assert chunk_id == f"chatcmpl-{made.headers['x-request-id']}"
-    assert odd.headers["x-request-id"] != "spaces are not ok"
-    assert odd.json()["id"] == f"chatcmpl-{odd.headers['x-request-id']}"
+    assert len(blank.headers["x-request-id"]) == 32
+    assert blank.json()["id"] == f"chatcmpl-{blank.headers['x-request-id']}"
+
+
+async def test_an_odd_or_long_id_is_sanitized_and_cut_to_fit_the_usage_table() -> None:
+    long_id = "trace/" + "x" * 114  # 120 characters, one of them unsafe
+    async with app_client(ScriptedEngine()) as http:
+        odd = await http.post(URL, json=BODY, headers={"X-Request-Id": "spaces are\tnot ok"})
+        long = await http.post(URL, json=BODY, headers={"X-Request-Id": long_id})
+    assert odd.headers["x-request-id"] == "spaces_are_not_ok"
+    assert odd.json()["id"].startswith("chatcmpl-spaces_are_not_ok-")
+    cut = "trace_" + "x" * (MAX_CLIENT_ID_CHARS - 6)
+    assert long.headers["x-request-id"] == cut
+    assert long.json()["id"].startswith(f"chatcmpl-{cut}-")
+    assert len(long.json()["id"]) <= REQUEST_ID_CHARS
+
+
+def test_every_id_made_from_a_client_id_fits_and_differs() -> None:
+    """Any header (odd characters, any length): `<prefix>-<id>-<suffix>` fits the usage
+    table's request_id for the longest prefix the endpoints use, and never repeats."""
+    for header in ("a", "é" * 500, "x" * 10_000, "req_" + "0" * 32, "\x00\r\n;"):
+        request_id, supplied = accept_request_id(header)
+        assert supplied and len(request_id) <= MAX_CLIENT_ID_CHARS
+        assert set(request_id) <= set(SAFE)
+        record = RequestRecord(request_id, supplied, "POST", URL)
+        ids = {record.engine_request_id("chatcmpl") for _ in range(1000)}
+        assert len(ids) == 1000
+        assert max(len(i) for i in ids) <= REQUEST_ID_CHARS
 
 
 @pytest.mark.parametrize(

@@ -274,6 +274,8 @@ async def test_too_many_redirects() -> None:
         "http://[fe80::1]/a.png",
         "http://[fd00::1]/a.png",
         "http://[::ffff:127.0.0.1]/a.png",
+        "http://[fec0::1]/a.png",
+        "http://[3fff::1]/a.png",
     ],
 )
 async def test_private_addresses_refused_by_default(url: str) -> None:
@@ -442,11 +444,11 @@ async def test_image_bytes_in_flight_are_bounded_across_requests() -> None:
     routes = {"/b.png": Route(big)}
     with image_server(routes) as server:
         messages = [user(("img", data_uri(big)))]
-        loader.budget.take(limits.bytes_in_flight - 10)  # another request's image
+        loader.budget.take(limits.bytes_in_flight - 10, "other")  # another client's image
         with pytest.raises(ServiceUnavailable) as caught:
             await loader.load(messages, VISION)
         assert caught.value.status_code == 503 and caught.value.code == "images_busy"
-        loader.budget.give(limits.bytes_in_flight - 10)
+        loader.budget.give(limits.bytes_in_flight - 10, "other")
         (loaded,) = await loader.load([user(("img", server.url("/b.png")))], VISION)
     assert loaded.image.size == (400, 400)
     assert loader.budget.used == 0  # given back once decoded
@@ -485,3 +487,46 @@ def test_public_addresses_inside_wrappers_stay_public() -> None:
 
     for address in ("64:ff9b::808:808", "2002:808:808::1", "::ffff:8.8.8.8"):
         assert is_public(ipaddress.ip_address(address)), address
+
+
+async def test_one_clients_images_cannot_exhaust_the_byte_budget_for_another() -> None:
+    from app.errors import TooManyRequests
+
+    # Room for three of the largest images; a client alone may hold two (one is kept
+    # for a client that holds nothing).
+    limits = ImageLimits(allow_private=True, max_bytes=300_000, bytes_in_flight=900_000)
+    loader = ImageLoader(limits)
+    assert loader.budget.share("key:a") == 600_000
+    loader.budget.take(600_000, "key:a")  # a's large images, being fetched
+    image = png((64, 64), "red")
+    with pytest.raises(TooManyRequests) as caught:
+        await loader.load([user(("img", data_uri(image)))], VISION, "key:a")
+    assert caught.value.status_code == 429 and caught.value.code == "image_share_exceeded"
+    # b holds nothing: its image loads while a's are in flight ...
+    (loaded,) = await loader.load([user(("img", data_uri(image)))], VISION, "key:b")
+    assert loaded.image.size == (64, 64)
+    # ... and with b holding bytes too, the shares shrink to what is left after the
+    # reserve, split between the two.
+    loader.budget.take(100_000, "key:b")
+    assert loader.budget.share("key:a") == loader.budget.share("key:b") == 300_000
+    assert loader.budget.share("key:c") == 300_000  # a third client: still one image
+    loader.budget.give(100_000, "key:b")
+    loader.budget.give(600_000, "key:a")
+    assert loader.budget.used == 0 and loader.budget.held("key:a") == 0
+
+
+def test_the_byte_budget_keeps_a_clients_images_within_its_share_and_the_bound() -> None:
+    from app.errors import ServiceUnavailable, TooManyRequests
+    from app.services.images import ByteBudget
+
+    budget = ByteBudget(1000, reserve=250)
+    budget.take(750, "a")  # alone: all but the reserve
+    with pytest.raises(TooManyRequests):
+        budget.take(1, "a")
+    budget.take(250, "b")  # the reserve, for a client that held nothing
+    with pytest.raises(ServiceUnavailable) as caught:
+        budget.take(1, "c")  # the bound itself: a 503, the server is busy
+    assert caught.value.code == "images_busy"
+    budget.give(750, "a")
+    budget.give(250, "b")
+    assert budget.used == 0 and budget.share("a") == 750

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app
 from app.settings import Settings
-from app.tenancy.keys import KeyLimits
-from app.tenancy.schema import usage
+from app.tenancy.auth import OUTAGE_S, DatabaseKeys
+from app.tenancy.keys import KeyLimits, KeyRecord
+from app.tenancy.schema import usage, usage_dead_letter, usage_refusals
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from tests.client import AppClient
@@ -33,9 +35,12 @@ def bearer(secret: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def keyed_app(
-    database: AsyncEngine, spool: Path, engine: ScriptedEngine | None = None
+    database: AsyncEngine,
+    spool: Path,
+    engine: ScriptedEngine | None = None,
+    outage_s: float = OUTAGE_S,
 ) -> AsyncIterator[tuple[AppClient, Tenancy]]:
-    tenancy = Tenancy.with_database(database, spool)
+    tenancy = Tenancy.with_database(database, spool, outage_s=outage_s)
     app = create_app(
         Settings(admin_key=ADMIN_KEY, auth="keys"),
         engine=engine or ScriptedEngine(),
@@ -47,6 +52,21 @@ async def keyed_app(
     await tenancy.writer.close()
 
 
+class GroupedKeys(DatabaseKeys):
+    """The database's keys, with the cache groups given here (as the keys' records
+    carry them from the database's `cache_group` column)."""
+
+    def __init__(self, inner: DatabaseKeys, groups: dict[str, str]) -> None:
+        self._inner = inner
+        self._groups = groups
+
+    async def authenticate(self, header: bytes | None) -> KeyRecord | None:
+        record = await self._inner.authenticate(header)
+        if record is None:
+            return None
+        return replace(record, cache_group=self._groups.get(record.id))
+
+
 async def new_key(tenancy: Tenancy, **limits: Any) -> tuple[str, str]:
     assert tenancy.store is not None
     record, secret = await tenancy.store.create("test", KeyLimits(**limits))
@@ -56,3 +76,20 @@ async def new_key(tenancy: Tenancy, **limits: Any) -> tuple[str, str]:
 async def usage_rows(database: AsyncEngine) -> list[Any]:
     async with database.connect() as conn:
         return list(await conn.execute(select(usage).order_by(usage.c.id)))
+
+
+async def refusal_counts(database: AsyncEngine) -> dict[tuple[str, str], int]:
+    """Refused requests per (key id, reason), over all minutes."""
+    table = usage_refusals
+    async with database.connect() as conn:
+        rows = await conn.execute(select(table.c.key_id, table.c.reason, table.c.count))
+        out: dict[tuple[str, str], int] = {}
+        for key_id, reason, count in rows:
+            out[(key_id, reason)] = out.get((key_id, reason), 0) + count
+        return out
+
+
+async def dead_letters(database: AsyncEngine) -> list[Any]:
+    async with database.connect() as conn:
+        statement = select(usage_dead_letter).order_by(usage_dead_letter.c.id)
+        return list(await conn.execute(statement))

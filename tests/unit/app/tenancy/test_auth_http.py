@@ -56,6 +56,22 @@ async def test_bad_keys_are_401_on_every_route(database: AsyncEngine, tmp_path: 
         assert (await http.get("/metrics")).status_code == 200
 
 
+async def test_the_probes_answer_without_a_key(database: AsyncEngine, tmp_path: Path) -> None:
+    """The container HEALTHCHECK and the Kubernetes probes send no key; liveness says
+    only whether the process is alive and its admission state, nothing of any tenant."""
+    async with keyed_app(database, tmp_path / "spool") as (http, _):
+        for headers in BAD_HEADERS:
+            live = await http.request("GET", "/health/live", headers=headers)
+            assert live.status_code == 200, live.text
+            assert set(live.json()) == {"status", "state"}
+            assert live.json()["status"] == "alive"
+            assert (await http.request("GET", "/health", headers=headers)).status_code == 200
+        assert_invalid_key(await http.get("/v1/models"))  # the API itself still needs one
+    app = create_app(Settings(api_key=("one",)), engine=ScriptedEngine())
+    async with AppClient(app, timeout=5) as http:
+        assert (await http.get("/health/live")).status_code == 200
+
+
 async def test_a_revoked_key_stops_working(database: AsyncEngine, tmp_path: Path) -> None:
     async with keyed_app(database, tmp_path / "spool") as (http, tenancy):
         key_id, secret = await new_key(tenancy)

@@ -19,7 +19,7 @@ async def test_migrating_again_is_a_no_op(database: AsyncEngine) -> None:
     await migrate(database)
     async with database.connect() as conn:
         revision = (await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).one()
-    assert revision == ("0001",)
+    assert revision == ("0002",)
 
 
 async def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
@@ -83,15 +83,74 @@ def test_serve_refuses_a_public_address_without_keys(capsys: pytest.CaptureFixtu
 
 def test_keys_cli_creates_lists_revokes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = ["--data-dir", str(tmp_path)]
-    assert main(["keys", "create", "--name", "carol", "--rpm", "0", *data]) == 0
+    made = ["keys", "create", "--name", "carol", "--rpm", "0", "--cache-group", "team-a"]
+    assert main([*made, *data]) == 0
     secret = capsys.readouterr().out.strip()
     assert secret.startswith("lilac-sk-")
     assert main(["keys", "list", "--format", "json", *data]) == 0
     listed = capsys.readouterr().out
     assert "carol" in listed and secret not in listed and '"rpm": 0' in listed
+    assert '"cache_group": "team-a"' in listed
     key_id = listed.split('"id": "')[1].split('"')[0]
     assert main(["keys", "update", key_id, "--tpm", "500", *data]) == 0
     assert '"tpm": 500' in capsys.readouterr().out
+    assert main(["keys", "update", key_id, "--cache-group", "none", *data]) == 0
+    assert '"cache_group": null' in capsys.readouterr().out
     assert main(["keys", "revoke", key_id, *data]) == 0
     assert main(["keys", "revoke", "key_nope", *data]) == 1
     assert "no key with id" in capsys.readouterr().err
+
+
+async def test_a_database_at_the_first_revision_keeps_its_rows(database: AsyncEngine) -> None:
+    """Down to 0001 (the columns and tables of 0002 gone), a row written there, then up
+    again: the row is kept and the new columns are empty."""
+    from alembic import command
+    from sqlalchemy.engine import Connection
+
+    from app.tenancy.db import alembic_config
+
+    def to(revision: str) -> object:
+        def run(connection: Connection) -> None:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            if revision == "0001":
+                command.downgrade(config, revision)
+            else:
+                command.upgrade(config, revision)
+
+        return run
+
+    async with database.begin() as conn:
+        await conn.run_sync(to("0001"))
+        await conn.exec_driver_sql(
+            "INSERT INTO usage (request_id, model, endpoint, prompt_tokens, cached_tokens, "
+            "completion_tokens, reasoning_tokens, n, outcome, duration_ms, created_at, day) "
+            "VALUES ('old', 'm', '/v1/x', 1, 0, 2, 0, 1, 'completed', 1.0, 0.0, '1970-01-01')"
+        )
+        await conn.exec_driver_sql("INSERT INTO api_keys (id, name, key_hash, created_at) "
+                                   "VALUES ('key_old', 'o', 'h', 0.0)")  # fmt: skip
+    await migrate(database)
+    async with database.connect() as conn:
+        row = (await conn.exec_driver_sql("SELECT request_id, client_request_id FROM usage")).one()
+        group = (await conn.exec_driver_sql("SELECT cache_group FROM api_keys")).scalar()
+        refusals = (await conn.exec_driver_sql("SELECT count(*) FROM usage_refusals")).scalar()
+    assert tuple(row) == ("old", None) and group is None and refusals == 0
+
+
+async def test_the_migrations_build_exactly_the_tables_the_code_uses(
+    database: AsyncEngine,
+) -> None:
+    """Alembic's autogenerate finds nothing to change between the migrated database and
+    app.tenancy.schema (columns, types, indexes, constraints)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy.engine import Connection
+
+    from app.tenancy.schema import metadata
+
+    def differences(connection: Connection) -> list[object]:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        return list(compare_metadata(context, metadata))
+
+    async with database.connect() as conn:
+        assert await conn.run_sync(differences) == []

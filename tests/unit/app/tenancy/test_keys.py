@@ -74,3 +74,13 @@ async def test_concurrent_creation_keeps_every_key(database: AsyncEngine) -> Non
     assert {k.id for k in await store.list()} == ids
     for record, secret in made:
         assert (await store.by_hash(hash_key(secret))).id == record.id  # type: ignore[union-attr]
+
+
+async def test_a_key_has_a_cache_group(database: AsyncEngine) -> None:
+    store = KeyStore(database)
+    record, _ = await store.create("grouped", KeyLimits(), cache_group="team-a")
+    assert (await store.get(record.id)).cache_group == "team-a"
+    assert (await store.update(record.id, {"rpm": 3})).cache_group == "team-a"  # kept
+    cleared = await store.update(record.id, {}, cache_group=None)
+    assert cleared.cache_group is None and (await store.get(record.id)).cache_group is None
+    assert (await store.get(record.id)).public()["cache_group"] is None

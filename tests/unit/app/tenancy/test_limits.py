@@ -90,3 +90,18 @@ def test_reset_header_format() -> None:
     assert duration(0.25) == b"250ms"
     assert duration(1.5) == b"1.5s"
     assert duration(360) == b"6m0s"
+
+
+def test_a_request_of_several_prompts_takes_a_slot_each() -> None:
+    limiter = Limiter(Clock())
+    limits = KeyLimits(rpm=None, max_concurrent=4)
+    three = limiter.admit("k", limits, 0, slots=3)
+    with pytest.raises(RateLimited, match="count as 2"):
+        limiter.admit("k", limits, 0, slots=2)
+    one = limiter.admit("k", limits, 0)  # the fourth slot
+    limiter.settle(three, 0)  # all three come back at once
+    limiter.admit("k", limits, 0, slots=3)
+    limiter.settle(one, 0)
+    with pytest.raises(RateLimited, match="5 prompts") as never:
+        limiter.admit("k", limits, 0, slots=5)  # more than the key may ever run
+    assert never.value.retry_after_s == 60.0

@@ -21,6 +21,7 @@ from tests.unit.app.tenancy.helpers import (
     chat,
     keyed_app,
     new_key,
+    refusal_counts,
     usage_rows,
 )
 
@@ -81,7 +82,10 @@ async def test_over_the_limit_is_a_429_with_retry_after(
         assert (await http.post(URL, json=chat(), headers=bearer(zero))).status_code == 429
         await tenancy.writer.close()  # type: ignore[union-attr]  # rejections are not awaited
         rows = await usage_rows(database)
-    assert [r.outcome for r in rows] == ["completed", "completed", "rejected", "rejected"]
+        refused = await refusal_counts(database)
+    assert [r.outcome for r in rows] == ["completed", "completed"]  # refusals are counts
+    assert sum(refused.values()) == 2
+    assert {reason for _, reason in refused} == {"rate_limit_exceeded"}
 
 
 async def test_concurrent_requests_per_key(database: AsyncEngine, tmp_path: Path) -> None:
@@ -152,14 +156,25 @@ async def test_admin_keys_and_usage_routes(database: AsyncEngine, tmp_path: Path
     async with keyed_app(database, tmp_path / "spool") as (http, _):
         admin = bearer(ADMIN_KEY)
         assert (await http.get("/admin/keys")).status_code == 401
-        made = await http.post("/admin/keys", json={"name": "dora", "rpm": 5}, headers=admin)
+        body = {"name": "dora", "rpm": 5, "cache_group": "team-a"}
+        made = await http.post("/admin/keys", json=body, headers=admin)
         assert made.status_code == 201
         key = made.json()
         assert key["key"].startswith("lilac-sk-") and key["rpm"] == 5
+        assert key["cache_group"] == "team-a"
         listed = (await http.get("/admin/keys", headers=admin)).json()["data"]
         assert [k["id"] for k in listed] == [key["id"]] and "key" not in listed[0]
         changed = await http.patch(f"/admin/keys/{key['id']}", json={"tpm": 50}, headers=admin)
         assert changed.json()["tpm"] == 50 and changed.json()["rpm"] == 5
+        assert changed.json()["cache_group"] == "team-a"
+        ungrouped = await http.patch(
+            f"/admin/keys/{key['id']}", json={"cache_group": None}, headers=admin
+        )
+        assert ungrouped.json()["cache_group"] is None
+        too_long = await http.patch(
+            f"/admin/keys/{key['id']}", json={"cache_group": "g" * 65}, headers=admin
+        )
+        assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "cache_group"
         bad = await http.patch(f"/admin/keys/{key['id']}", json={"rpm": -1}, headers=admin)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "rpm"
         missing = await http.delete("/admin/keys/key_nope", headers=admin)
@@ -174,3 +189,39 @@ async def test_admin_keys_and_usage_routes(database: AsyncEngine, tmp_path: Path
         assert future.json()["data"] == []
         wrong = await http.get("/admin/usage?by=colour", headers=admin)
         assert wrong.status_code == 400
+
+
+def completions(prompts: int, max_tokens: int = 8) -> dict[str, object]:
+    return {"model": "scripted", "prompt": ["hi"] * prompts, "max_tokens": max_tokens}
+
+
+async def test_each_prompt_of_a_completion_counts_against_the_key(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """`max_concurrent` and the token reservation count a request's prompts."""
+    engine = ScriptedEngine(token_delay_s=0.2)
+    async with keyed_app(database, tmp_path / "spool", engine) as (http, tenancy):
+        _, secret = await new_key(tenancy, max_concurrent=4)
+        headers = bearer(secret)
+        too_many = await http.post("/v1/completions", json=completions(5), headers=headers)
+        assert too_many.status_code == 429
+        assert "5 prompts" in too_many.json()["error"]["message"]
+        three = asyncio.create_task(
+            http.post("/v1/completions", json=completions(3), headers=headers)
+        )
+        await asyncio.sleep(0.3)
+        two = await http.post("/v1/completions", json=completions(2), headers=headers)
+        assert two.status_code == 429 and "count as 2" in two.json()["error"]["message"]
+        one = await http.post("/v1/completions", json=completions(1), headers=headers)
+        assert one.status_code == 200
+        assert len((await three).json()["choices"]) == 3
+        # A list of token ids is one prompt: one slot, however long.
+        ids = {"model": "scripted", "prompt": list(range(1, 9)), "max_tokens": 2}
+        assert (await http.post("/v1/completions", json=ids, headers=headers)).status_code == 200
+        _, budget = await new_key(tenancy, tpm=300)
+        # 4 prompts x 2 choices x 40 tokens = 320 reserved, over the whole minute's 300.
+        body = {**completions(4, max_tokens=40), "n": 2}
+        over = await http.post("/v1/completions", json=body, headers=bearer(budget))
+        assert over.status_code == 429 and "tokens per minute" in over.json()["error"]["message"]
+        body = {**completions(1, max_tokens=40), "n": 2}
+        assert (await http.post("/v1/completions", json=body, headers=bearer(budget))).is_success

@@ -1,11 +1,20 @@
 """The admission queue: caps, token budget, priority, fairness, deadlines, rejections."""
 
+import itertools
+import random
+
 import pytest
 
 from engine.admission.policy import AdmissionRejected, Policy
-from engine.admission.queue import AdmissionQueue, NeverFits, Ticket, estimate_tokens
+from engine.admission.queue import (
+    AdmissionQueue,
+    NeverFits,
+    Ticket,
+    estimate_tokens,
+    reserved_places,
+)
 
-_ids = iter(range(1, 10_000))
+_ids = itertools.count(1)
 
 
 def ticket(client: str = "a", priority: int = 0, tokens: int = 10, at: float = 0.0) -> Ticket:
@@ -28,10 +37,11 @@ def test_admits_up_to_the_cap_then_queues() -> None:
     assert q.admit_ready(cap=2) == [third]
 
 
-def test_a_client_alone_may_fill_the_queue() -> None:
-    q = queue(max_queued=3)
+def test_a_client_alone_may_fill_the_queue_but_its_held_back_part() -> None:
+    q = queue(max_queued=8)  # 2 places held back
+    assert reserved_places(8) == 2
     assert q.offer(ticket("a"), cap=1) is True
-    for _ in range(3):
+    for _ in range(6):
         assert q.offer(ticket("a"), cap=1) is False
     with pytest.raises(AdmissionRejected) as full:
         q.offer(ticket("a"), cap=1)
@@ -39,18 +49,86 @@ def test_a_client_alone_may_fill_the_queue() -> None:
 
 
 def test_fair_share_bites_once_another_client_waits() -> None:
-    q = queue(max_queued=4)
+    q = queue(max_queued=16)  # 12 open places, 4 held back
     q.offer(ticket("a"), cap=1)  # runs
+    for _ in range(6):
+        q.offer(ticket("a"), cap=1)  # a alone: the open part is its own
+    q.offer(ticket("b"), cap=1)  # b waits: a's share is now 16 / 2 = 8
     q.offer(ticket("a"), cap=1)
-    q.offer(ticket("a"), cap=1)  # a alone: the whole queue is its share
-    q.offer(ticket("b"), cap=1)  # b waits: a's share is now 4 / 2 = 2, and a holds 2
+    q.offer(ticket("a"), cap=1)  # a holds 8
     with pytest.raises(AdmissionRejected) as over_share:
         q.offer(ticket("a"), cap=1)
     assert (over_share.value.status, over_share.value.code) == (429, "over_fair_share")
-    q.offer(ticket("b"), cap=1)  # b is within its share
-    with pytest.raises(AdmissionRejected) as full:
-        q.offer(ticket("c"), cap=1)  # c's share is 1, but the queue is full
-    assert (full.value.status, full.value.code) == (503, "queue_full")
+    for _ in range(3):
+        q.offer(ticket("b"), cap=1)  # b is within its share: 12 queued, the open part full
+    q.offer(ticket("c"), cap=1)  # c, with nothing queued, takes a held-back place
+    with pytest.raises(AdmissionRejected) as over_share:
+        q.offer(ticket("b"), cap=1)  # b holds more than its part of the held-back places
+    assert over_share.value.code == "over_fair_share"
+
+
+def test_a_flood_never_turns_a_newcomers_first_request_away() -> None:
+    """One client fills all it may; another's first request, even one of many
+    prompts (a ticket each), still queues, and goes first."""
+    q = queue(max_queued=1024)
+    assert q.offer(ticket("flood"), cap=1) is True
+    refused = 0
+    for i in range(2000):
+        try:
+            q.offer(ticket("flood", at=float(i)), cap=1)
+        except AdmissionRejected:
+            refused += 1
+    assert len(q.waiting) == 1024 - 256 and refused == 2000 - 768
+    prompts = [ticket("victim", at=5000.0) for _ in range(64)]
+    for t in prompts:
+        assert q.offer(t, cap=1) is False  # queued, never refused
+    q.release(next(iter(q.running)))
+    assert q.admit_ready(cap=1) == [prompts[0]]  # nothing running: ahead of the flood
+
+
+def test_a_client_with_nothing_queued_always_gets_in() -> None:
+    """Random floods by several clients, random departures: whenever a client holds
+    nothing queued, its next ticket is queued (or runs), never refused."""
+    rng = random.Random(5)
+    q = queue(max_queued=64)
+    clients = ["a", "b", "c", "d", "e"]
+    refused = 0
+    for step in range(20_000):
+        client = rng.choice(clients)
+        had_nothing = client not in {t.client for t in q.waiting}
+        try:
+            q.offer(ticket(client, at=float(step)), cap=4)
+        except AdmissionRejected:
+            refused += 1
+            assert not had_nothing, f"step {step}: {client} refused with nothing queued"
+        if rng.random() < 0.3 and q.running:
+            q.release(rng.choice(list(q.running)))
+            q.admit_ready(cap=4)
+        if rng.random() < 0.05 and q.waiting:
+            q.withdraw(rng.choice(q.waiting).id)
+    assert refused > 1000  # the queue was full most of the time: the rule was exercised
+
+
+def test_a_busy_client_leaves_the_last_running_places_to_others() -> None:
+    q = queue()  # an eighth of the cap held back: 1 of 8
+    for _ in range(7):
+        assert q.offer(ticket("a"), cap=8) is True
+    assert q.offer(ticket("a"), cap=8) is False  # the last slot is not a's to take
+    newcomer = ticket("b", at=1.0)
+    assert q.offer(newcomer, cap=8) is False  # queued behind a's ticket ...
+    assert q.admit_ready(cap=8) == [newcomer]  # ... and admitted at once: b runs nothing
+    assert q.admit_ready(cap=8) == []  # a's eighth still waits
+
+
+def test_a_busy_client_leaves_the_last_of_the_kv_budget_to_others() -> None:
+    q = queue(kv_budget=800)  # an eighth held back: 100 tokens
+    assert q.offer(ticket("a", tokens=50), cap=8) is True
+    big = ticket("a", tokens=700, at=1.0)
+    assert q.offer(big, cap=8) is False  # 750 > 800 - 100 for a client running something
+    small = ticket("b", tokens=50, at=2.0)
+    assert q.offer(small, cap=8) is False
+    assert q.admit_ready(cap=8) == [small]  # b runs nothing: it may use the held-back part
+    assert q.tokens_in_use == 100
 
 
 def test_lower_priority_value_goes_first() -> None:
@@ -132,3 +210,50 @@ def test_estimate_tokens() -> None:
     assert estimate_tokens([{"role": "user", "content": "x" * 7800}], None, None, 2048) == 2048
     assert estimate_tokens(None, "abcd" * 10, 5, 2048) == 15
     assert estimate_tokens(None, "abcd" * 10, 5, 2048, n=3) == 25  # the prompt is shared
+    # A pre-tokenized prompt counts its tokens (it has no text to measure).
+    assert estimate_tokens(None, None, 5, 2048, prompt_token_ids=1000) == 1005
+
+
+def test_a_client_keeps_a_bounded_amount_of_prompts_waiting_to_prefill() -> None:
+    """Admitted prompts whose first output has not come count against the client's
+    prefill budget; each first output gives its prompt back. Another client, with
+    nothing waiting to prefill, is not held back."""
+    q = queue()
+    q.prefill_budget = 1000
+
+    def long(client: str, at: float) -> Ticket:
+        return Ticket(next(_ids), client, 0, 700, at, at + 30.0, prompt_tokens=600)
+
+    first, second = long("a", 0.0), long("a", 1.0)
+    assert q.offer(first, cap=10) is True  # a lone prompt over nothing pending: runs
+    assert q.offer(second, cap=10) is False  # 600 + 600 > 1000: waits
+    other = long("b", 2.0)
+    assert q.offer(other, cap=10) is False
+    assert q.admit_ready(cap=10) == [other]  # b has nothing waiting to prefill
+    q.prefilled(first.id)  # a's first output came
+    assert q.admit_ready(cap=10) == [second]
+    q.release(second.id)  # released before any output: its prompt is given back too
+    q.release(first.id)
+    q.release(other.id)
+    assert q.offer(long("a", 3.0), cap=10) is True
+
+
+def test_a_client_waiting_on_its_prefills_steps_aside() -> None:
+    """The best-ranked ticket's client is held back by its own prefills: the next
+    client's ticket goes ahead instead of waiting behind it."""
+    q = queue()
+    q.prefill_budget = 1000
+    flood = Ticket(next(_ids), "flood", 0, 700, 0.0, 30.0, prompt_tokens=600)
+    assert q.offer(flood, cap=10) is True
+    victim_running = [ticket("victim", tokens=10) for _ in range(3)]
+    for t in victim_running:
+        assert q.offer(t, cap=10) is True  # the queue is empty: they run
+    queued_flood = Ticket(next(_ids), "flood", 0, 700, 1.0, 31.0, prompt_tokens=600)
+    assert q.offer(queued_flood, cap=10) is False  # over its prefill budget
+    victim_next = ticket("victim", tokens=10, at=2.0)
+    assert q.offer(victim_next, cap=10) is False  # the queue is not empty: it queues
+    # The flood runs 1, the victim 3: the flood's ticket ranks first, but waits on its
+    # prefill; the victim's goes ahead.
+    assert q.admit_ready(cap=10) == [victim_next]
+    q.prefilled(flood.id)
+    assert q.admit_ready(cap=10) == [queued_flood]

@@ -161,6 +161,64 @@ async def test_queue_waits_for_a_slot() -> None:
     assert controller.counters["queued"] == 1
 
 
+async def test_a_newcomer_behind_a_flood_starts_at_once() -> None:
+    """A flood holds all it may of the cap (7 of 8) and queues more; another client's
+    first request is queued behind it and still starts at once, in the held-back slot,
+    without waiting for any of the flood to finish."""
+    generate, controller, _, _ = make(max_concurrent=8)
+    flood = [generate(request(f"f{i}", tokens=1000, client="flood")) for i in range(7)]
+    for stream in flood:
+        await anext(stream)
+    queued = [
+        asyncio.create_task(collect(generate, request(f"q{i}", tokens=1000, client="flood")))
+        for i in range(3)
+    ]
+    await asyncio.sleep(0.02)
+    assert len(controller.queue.waiting) == 3 and len(controller.queue.running) == 7
+    newcomer = generate(request("victim", tokens=2, client="victim"))
+    first = await asyncio.wait_for(anext(newcomer), 1.0)
+    assert first.choices
+    assert len(controller.queue.waiting) == 3  # the flood still waits
+    await newcomer.aclose()
+    for task in queued:
+        task.cancel()
+    await asyncio.gather(*queued, return_exceptions=True)
+    for stream in flood:
+        await stream.aclose()
+    assert not controller.queue.running and not controller.queue.waiting
+
+
+async def test_prompts_count_as_prefilling_until_their_first_output() -> None:
+    generate, controller, _, _ = make(max_concurrent=8)
+    stream = generate(request("one", tokens=1000))
+    started = asyncio.create_task(anext(stream))
+    await asyncio.sleep(0)  # admitted, no output yet
+    assert controller.queue.prefill_budget == 2048  # a context of the model
+    assert controller.queue.prefill_pending("c") > 0
+    await started
+    assert controller.queue.prefill_pending("c") == 0  # the first output: prefilled
+    await stream.aclose()
+
+
+async def test_a_request_cancelled_as_it_is_granted_gives_its_slot_back() -> None:
+    """A queued request whose slot is granted in the same instant its client leaves
+    (a flood cut off at once frees slots for its own queued requests): the cancel
+    wins, the slot comes back, nothing runs."""
+    generate, controller, _, _ = make(max_concurrent=1)
+    first = generate(request("one", tokens=1000))
+    await anext(first)
+    queued = asyncio.create_task(controller._acquire("other", 0, 10, "two"))
+    await asyncio.sleep(0.01)
+    assert len(controller.queue.waiting) == 1
+    (lease,) = controller._leases.values()
+    controller._release(lease)  # grants the queued ticket at once ...
+    queued.cancel()  # ... as its client goes
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert not controller.queue.running and not controller.queue.waiting
+    await first.aclose()
+
+
 async def test_queue_timeout_is_503() -> None:
     generate, controller, _, _ = make(max_concurrent=1, queue_timeout_s=0.05)
     first = generate(request("one", tokens=1000))
