@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model postgres serve test lint format bench bench-save load soak burst attacks fleet-demo warm-bench clean
+.PHONY: install model postgres serve test lint format docs bench bench-save load soak burst attacks fleet-demo warm-bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,10 +29,20 @@ model: $(STAMP)
 serve: model
 	$(BIN)/lilac-serve serve $(ARGS)
 
+# The documentation site is built too: a broken link or anchor, a page left out of the
+# navigation or a generated table that fails to render stops the lint.
+# NO_MKDOCS_2_WARNING: Material's notice about MkDocs 2.0, printed on every build.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(MKDOCS) build --strict --quiet
+
+# The documentation site on http://127.0.0.1:8001, rebuilt on every change.
+docs: $(STAMP)
+	$(MKDOCS) serve --dev-addr 127.0.0.1:8001
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -48,8 +58,7 @@ test: model lint postgres
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Micro-benchmarks (perf/test_*.py), compared with the committed baseline by perf/bench.py:
-# fails on a confirmed regression over 25% or a missing benchmark (see README,
-# "Benchmarks"). BENCH_ARGS adds pytest options (and makes the run partial).
+# fails on a confirmed regression over 25% or a missing benchmark (see docs/benchmarks.md). BENCH_ARGS adds pytest options (and makes the run partial).
 BENCH_ARGS ?=
 
 bench: model
@@ -83,17 +92,17 @@ attacks: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.attacks $(ATTACK_ARGS)
 
 # Two replicas on the default model behind sglang-router; one owner comes back mid-load
-# (minutes; prints the figures; see README, "Operating a fleet"). FLEET_ARGS adds options.
+# (minutes; prints the figures; see docs/fleet.md). FLEET_ARGS adds options.
 FLEET_ARGS ?=
 fleet-demo: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.fleet $(FLEET_ARGS)
 
 # Wake to first token of a sleeping model (20 wakes) next to its cold start, and the
-# resident memory with models awake and asleep (two engines; minutes; see README,
-# "Several models on one server").
+# resident memory with models awake and asleep (two engines; minutes; see
+# docs/models.md).
 WARM_ARGS ?=
 warm-bench: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.warm $(WARM_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks site

@@ -6,8 +6,9 @@ field's own; the admission controller's come from `engine.admission.policy.Polic
 in its `Flag` annotation, its help text and where it is documented. Everything else is
 generated from it: the `--some-flag` option of the command line, the `LILAC_SOME_FLAG`
 environment variable, the `some_flag` key of the `--config` TOML file's `[admission]`
-table (admission settings only) and the README's configuration tables
-(`markdown_table`, checked by tests/unit/app/test_readme_flags.py): that generation lives
+table (admission settings only) and the documentation's flag tables
+(`markdown_table`, rendered by docs/hooks/generated.py and checked by
+tests/unit/app/test_readme_flags.py): that generation lives
 in `app.settings_sources`.
 
 A flag given on the command line wins over the environment, which wins over the TOML
@@ -35,8 +36,8 @@ SECTIONS = {"server": "server", "admission": "admission controller", "tenants": 
 class Flag:
     """The documentation of one setting; the setting's type and default are its field's."""
 
-    help: str  # one line, Markdown: the README's "meaning" column and `--help`
-    section: str = "server"  # the README table the flag is listed in: a key of SECTIONS
+    help: str  # one line, Markdown: the documentation's "meaning" column and `--help`
+    section: str = "server"  # the documentation's table the flag is listed in: a key of SECTIONS
     toml: bool = False  # also settable in the [admission] table of --config
     repeatable: bool = False  # may be given more than once on the command line
     # The default as documented, where the value alone does not say it (a None default).
@@ -320,8 +321,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     key_cache_outage_s: Annotated[
         float,
         Flag(
-            "seconds a cached key keeps working while the keys database is unreachable; "
-            "then its requests get 503",
+            "seconds a key the database confirmed keeps working from the cache while the "
+            "database is unreachable; past it, and for a key not seen before, 503 "
+            "`key_store_unavailable`",
             section="tenants",
         ),
     ] = 300.0

@@ -1,5 +1,5 @@
 """Everything generated from the flag table (`app.settings.Settings`): the command-line
-parser, reading the environment and the TOML file, and the README's tables.
+parser, reading the environment and the TOML file, and the documentation's flag tables.
 
 A flag given on the command line wins over the environment, which wins over the TOML
 file, which wins over the defaults.
@@ -32,7 +32,7 @@ class Option:
     is_bool: bool  # a boolean flag given alone means true
     repeatable: bool
     default: object
-    default_doc: str  # the default as the README and --help say it
+    default_doc: str  # the default as the documentation and --help say it
     help: str
     section: str
 
@@ -94,7 +94,8 @@ OPTIONS: tuple[Option, ...] = _options()
 
 
 def markdown_table(section: str) -> list[str]:
-    """The README's table of one section's flags, line by line."""
+    """The documentation's table of one section's flags, line by line: docs/hooks/
+    generated.py renders it into docs/configuration.md when the site is built."""
     lines = ["| flag | environment | default | meaning |", "| --- | --- | --- | --- |"]
     lines += [
         f"| `{o.flag}` | `{o.env}` | {o.default_doc} | {o.help} |"

@@ -5,7 +5,7 @@ day of owner activity and Poisson request arrivals; a simple batching model stan
 for the engine. Policies are compared on owner interference (seconds of inference while
 the owner is active), goodput and rejected requests.
 
-    python -m perf.admission_sim            # the README table
+    python -m perf.admission_sim            # the table in docs/admission.md
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ SCRIPTED_SERVE = (
     "Granian('tests.e2e.scripted_app:build', factory=True, address='127.0.0.1', port={port},"
     " interface=Interfaces.ASGI, workers=1).serve()"
 )
-# What the README recommends, with a 1 s health interval to keep the test short.
+# What docs/fleet.md recommends, with a 1 s health interval to keep the test short.
 ROUTER_FLAGS = [
     "--policy", "round_robin",
     "--health-check-endpoint", "/health",

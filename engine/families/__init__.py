@@ -1,7 +1,7 @@
 """Model families, keyed by the names users type (`--family`, the vLLM parser names).
 
 To add a family: write `engine/families/<name>.py` with a `FAMILY` record, its template
-in `templates/<name>.jinja`, list it in `_MODULES`, and add its row to the README.
+in `templates/<name>.jinja`, list it in `_MODULES`, and add its rows to docs/api/reasoning.md.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-MAX_RATIO = 16.0
-MIN_SECONDS = 0.002
+MAX_RATIO = 24.0
+MIN_SECONDS = 0.005
 REPEATS = 3
-ATTEMPTS = 2
+ATTEMPTS = 3
 # Inputs stop growing here (work that stays under MIN_SECONDS is bounded, not linear).
 MAX_N = 1 << 21
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.server import RunningServer, start_server
 
-# The shared server runs with an admin key (from the environment, as the README says to
+# The shared server runs with an admin key (from the environment, as docs/admission.md says to
 # give it) and one allowed web origin, for the cross-site tests.
 ADMIN_KEY = "e2e-admin-key"
 ALLOWED_ORIGIN = "http://app.example"

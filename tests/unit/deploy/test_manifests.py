@@ -82,7 +82,7 @@ def test_the_drain_script_calls_admin_routes_that_exist() -> None:
     assert called <= _app_paths()
 
 
-def test_the_router_recipe_polls_health_like_the_readme_says() -> None:
+def test_the_router_recipe_polls_health_like_the_fleet_page_says() -> None:
     documents = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "lilac-serve.yaml").read_text()))
     router = next(d for d in documents if d["kind"] == "Deployment")
     command = " ".join(router["spec"]["template"]["spec"]["containers"][0]["args"])

@@ -1,7 +1,8 @@
 """Every way a keyed request can end leaves exactly one usage row, with the tokens the
 engine counted and the right outcome, and gives its key's concurrency slot back: the
 client gone before its first token, when the stream's headers go out (its body never
-started), mid-stream, or waiting on a non-streamed answer; a 400 after admission.
+started), mid-stream, or waiting on a non-streamed answer; a 400 after admission leaves a refusal
+count instead.
 
 Each request runs through the app's ASGI interface with a client that leaves the way
 granian reports it (tests/asgi_call.py)."""
@@ -20,7 +21,15 @@ from app.settings import Settings
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from tests.asgi_call import Leave, asgi_call
-from tests.unit.app.tenancy.helpers import ADMIN_KEY, URL, bearer, chat, new_key, usage_rows
+from tests.unit.app.tenancy.helpers import (
+    ADMIN_KEY,
+    URL,
+    bearer,
+    chat,
+    new_key,
+    refusal_counts,
+    usage_rows,
+)
 
 WORDS = tuple(f" w{i}" for i in range(40))
 PROMPT_TOKENS = 2 + 3  # the scripted engine: a word a token, 3 per message ("hi there")
@@ -90,18 +99,21 @@ async def test_a_stream_gone_mid_way_pays_for_what_the_engine_produced(
     assert 3 <= produced < 8  # what was sent, and at most one more the engine made
 
 
-async def test_a_400_after_admission_is_rejected_and_bills_nothing(
+async def test_a_400_after_admission_is_a_refusal_and_bills_nothing(
     database: AsyncEngine, tmp_path: Path
 ) -> None:
     """The engine refuses it (the prompt and max_tokens overflow the context): it never
-    took the request."""
+    took the request, so it leaves no usage row, only a refusal count by its code."""
     engine = ScriptedEngine(max_model_len=14)
     body = chat(messages=[{"role": "user", "content": "one two three four five six"}])
     first, second, rows = await run(database, tmp_path / "spool", engine, body, Leave())
     assert first.status == 400
     assert second.status == 200
-    assert [r.outcome for r in rows] == ["rejected", "completed"]
-    assert (rows[0].prompt_tokens, rows[0].completion_tokens) == (0, 0)
+    assert [r.outcome for r in rows] == ["completed"]
+    refused = await refusal_counts(database)
+    assert [(reason, count) for (_, reason), count in refused.items()] == [
+        ("context_length_exceeded", 1)
+    ]
 
 
 async def test_a_finished_request_bills_what_its_client_saw(
