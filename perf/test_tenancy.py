@@ -28,7 +28,11 @@ URL = "/v1/chat/completions"
 @pytest.fixture(scope="module")
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
+    # The current loop too: a key lookup started outside it (run_once below drives a
+    # coroutine by hand) schedules its database query on this loop.
+    asyncio.set_event_loop(loop)
     yield loop
+    asyncio.set_event_loop(None)
     loop.close()
 
 
