@@ -269,8 +269,8 @@ class AdmissionController:
             return
         configured = self.policy.kv_budget_tokens
         self.queue.kv_budget = configured if configured else model.kv_cache_tokens
-        # A context of prompts not yet begun per client: what one engine step prefills
-        # on the CPU (no chunked prefill), several steps' worth with chunked prefill.
+        # A context of prompts not yet begun per client: with chunked prefill, one or
+        # a few engine steps' worth of prefill (a step's budget is 2,048 tokens on CPU).
         self.queue.prefill_budget = PREFILL_CONTEXTS * model.max_model_len
         self._budget_set = True
 

@@ -74,20 +74,26 @@ def engine_args(config: EngineConfig) -> Any:
     )
 
 
-def cpu_scheduling() -> dict[str, Any]:
-    """On the CPU, no chunked prefill: every prompt is prefilled in one step.
+# By name: the engine core imports it in its own process; importing vLLM's CPU worker
+# here would load its shared-memory setup into the HTTP process for nothing.
+SEED_SAFE_CPU_WORKER = "engine.vllm_backend.cpu_worker.SeedSafeCPUWorker"
 
-    vLLM's model runner rewinds a seeded request's generator (`set_offset`) when it
-    discards the token sampled after a partial prefill, and the CPU generator has no
-    offset: a seeded prompt longer than one step's token budget (or a burst of seeded
-    requests overflowing one step) kills the engine core with "CPU Generator does not
-    use offset". Without chunked prefill the scheduler never splits a prompt (it waits
-    for a step with room), and vLLM raises `max_num_batched_tokens` to at least
-    `max_model_len`, so the longest prompt still fits one step. GPUs keep chunked
-    prefill: their generators rewind."""
+
+def cpu_scheduling() -> dict[str, Any]:
+    """On the CPU, vLLM's CPU worker with seed-safe sampling; chunked prefill stays on.
+
+    With chunked prefill, vLLM's model runner rewinds a seeded request's generator by
+    its offset after discarding the token sampled at a partial prefill, and the CPU
+    generator has no offset: a seeded prompt longer than one step's token budget (or a
+    burst of seeded requests overflowing one step) would kill the engine core with "CPU
+    Generator does not use offset". The worker in `engine.vllm_backend.cpu_worker` saves
+    and restores those generators' state around the draw instead, which is what the
+    rewind means, so a prompt can be split across steps and the first tokens of a
+    crowd of prompts come steps sooner. GPUs use vLLM's own worker: their generators
+    rewind."""
     from vllm.platforms import current_platform
 
-    return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
+    return {"worker_cls": SEED_SAFE_CPU_WORKER} if current_platform.is_cpu() else {}
 
 
 def check_family_markers(config: EngineConfig) -> None:

@@ -1,6 +1,7 @@
-"""Seeded sampling on the CPU engine: a prompt longer than one prefill step's default
-budget and a burst of seeded requests that overflows one step both complete, and the
-engine stays up (vLLM's chunked prefill would rewind the CPU generator and kill it)."""
+"""Seeded sampling on the CPU engine with chunked prefill: a prompt longer than one
+prefill step's default budget and a burst of seeded requests that overflows one step
+both complete, the engine stays up (vLLM's own rewind of a split prompt's generator
+would kill it on the CPU), and a seed samples the same text split or not."""
 
 from __future__ import annotations
 
@@ -54,3 +55,21 @@ async def test_a_seeded_burst_of_64_completes(
     ]
     assert first["choices"][0]["message"] == again["choices"][0]["message"]
     assert real_engine.unfinished_requests() == 0
+
+
+async def test_a_seed_samples_the_same_text_whether_its_prompt_was_split(
+    real_client: AppClient, real_engine: VLLMEngine
+) -> None:
+    # 24 prompts of ~120 tokens overflow a 2,048-token step, so the step splits one or
+    # two of them; alone, none is split. A draw discarded at a split that moved the
+    # random stream would change that request's text (temperature 1, 4 tokens).
+    bodies = [
+        chat(f"Write a poem about the colour number {i}. " * 12, seed=100 + i) for i in range(24)
+    ]
+    together = await asyncio.gather(
+        *(real_client.post("/v1/chat/completions", json=b) for b in bodies)
+    )
+    alone = [await real_client.post("/v1/chat/completions", json=b) for b in bodies]
+    texts = [[r.json()["choices"][0]["message"]["content"] for r in rs] for rs in (together, alone)]
+    assert texts[0] == texts[1]
+    assert real_engine.is_ready() and real_engine.failure() is None

@@ -75,3 +75,17 @@ def test_an_unknown_executor_backend_stops_before_loading() -> None:
 
     with pytest.raises(SystemExit, match="mp` or `ray"):
         build_engine(parse_args(["--distributed-executor-backend", "threads"]))
+
+
+def test_the_cpu_keeps_chunked_prefill_and_names_the_seed_safe_worker(tmp_path) -> None:
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+    from vllm.v1.worker.cpu_worker import CPUWorker
+
+    from engine.vllm_backend.config import SEED_SAFE_CPU_WORKER
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    args = engine_args(EngineConfig(str(tmp_path), ("m",)))
+    assert args.enable_chunked_prefill is not False  # None: vLLM's default, which is on
+    assert args.worker_cls == SEED_SAFE_CPU_WORKER
+    # The name the engine core imports is a real CPU worker.
+    assert issubclass(resolve_obj_by_qualname(SEED_SAFE_CPU_WORKER), CPUWorker)
