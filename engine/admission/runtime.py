@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
+from engine.admission import refusals
 from engine.admission.lease import Lease
 from engine.admission.policy import (
     ADMITTING,
@@ -359,29 +360,13 @@ class AdmissionController:
         self.counters[f"rejected_{code}"] += 1
 
     def _not_admitting(self, now: float) -> AdmissionRejected:
-        state = self.machine.state
-        why = self.machine.reason
-        return AdmissionRejected(
-            503,
-            "draining" if state is State.DRAINING else "yielded",
-            f"The GPU is handed back to its owner ({why}); no requests are admitted now.",
-            retry_after_s=max(1.0, self.machine.retry_after_s(now)),
-        )
+        return refusals.not_admitting(self.machine, now)
 
     def _queue_timeout(self) -> AdmissionRejected:
-        return AdmissionRejected(
-            503,
-            "queue_timeout",
-            f"The request waited {self.policy.queue_timeout_s:g} s in the queue; retry later.",
-            retry_after_s=1.0,
-        )
+        return refusals.queue_timeout(self.policy)
 
     def _drained_error(self) -> Drained:
-        now = self._clock()
-        return Drained(
-            "The GPU's owner reclaimed it and the grace period ran out: this request was ended.",
-            retry_after_s=max(1.0, self.machine.retry_after_s(now)),
-        )
+        return refusals.drained(self.machine, self._clock())
 
     # ------------------------------------------------------------ reporting
 

@@ -50,6 +50,7 @@ from engine.vllm_backend.outputs import (
 )
 from engine.vllm_backend.reasoning import OutputParsing, RequestParsing
 from engine.vllm_backend.structured import constraint_for
+from engine.vllm_backend.tally import OnePrompt, token_count, unread_tokens
 from engine.vllm_backend.tool_calls import ToolRequest
 
 log = logging.getLogger("lilac.engine")
@@ -263,7 +264,7 @@ class VLLMEngine:
         if greedy_n:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
             single = replace(sampling, n=1)
-            one_prompt = _OnePrompt(request.tally) if request.tally is not None else None
+            one_prompt = OnePrompt(request.tally) if request.tally is not None else None
             streams = [
                 self._stream(
                     request,
@@ -351,7 +352,7 @@ class VLLMEngine:
                 output = queue.get_nowait() or await queue.get()
                 finished = output.finished
                 if tally is not None:
-                    tally.generated(_token_count(output))
+                    tally.generated(token_count(output))
                 prompt_logprobs = prompt_texts = None
                 if first and sampling.prompt_logprobs is not None:
                     prompt_logprobs = convert_prompt_logprobs(
@@ -385,47 +386,13 @@ class VLLMEngine:
         and the abort removes the request from vLLM's output processor (which counts
         nothing for a request it no longer holds)."""
         if queue is not None and tally is not None:
-            tally.generated(_unread_tokens(queue))
+            tally.generated(unread_tokens(queue))
         if self._llm is None or self._llm.errored:
             return  # a dead engine holds nothing to abort
         if queue is not None:
             await self._llm.abort(queue.request_id, internal=True)
         else:  # cancelled while vLLM was adding it: it may hold it under our id already
             await self._llm.abort(request_id)
-
-
-def _token_count(output: Any) -> int:
-    """Output tokens of one vLLM RequestOutput (deltas: all choices that advanced)."""
-    return sum(len(completion.token_ids) for completion in output.outputs)
-
-
-def _unread_tokens(queue: Any) -> int:
-    """Output tokens waiting in a request's collector (outputs merge there while nobody
-    reads); an error waiting there carries none."""
-    try:
-        pending = queue.get_nowait()
-    except Exception:
-        return 0
-    return 0 if pending is None else _token_count(pending)
-
-
-class _OnePrompt:
-    """The tally of a greedy `n > 1` request run as `n` engine requests: the prompt is
-    one prompt (as the response's usage says), counted when the first of them is taken."""
-
-    __slots__ = ("_counted", "_tally")
-
-    def __init__(self, tally: Tally) -> None:
-        self._tally = tally
-        self._counted = False
-
-    def accepted(self, prompt_tokens: int) -> None:
-        if not self._counted:
-            self._counted = True
-            self._tally.accepted(prompt_tokens)
-
-    def generated(self, tokens: int) -> None:
-        self._tally.generated(tokens)
 
 
 @dataclass(frozen=True, slots=True)

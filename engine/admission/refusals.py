@@ -1,0 +1,31 @@
+"""The errors admission answers with when it will not run a request now: the GPU is
+its owner's, the queue wait ran out, or a drain ended a running request."""
+
+from __future__ import annotations
+
+from engine.admission.policy import AdmissionRejected, Drained, Policy, State, StateMachine
+
+
+def not_admitting(machine: StateMachine, now: float) -> AdmissionRejected:
+    return AdmissionRejected(
+        503,
+        "draining" if machine.state is State.DRAINING else "yielded",
+        f"The GPU is handed back to its owner ({machine.reason}); no requests are admitted now.",
+        retry_after_s=max(1.0, machine.retry_after_s(now)),
+    )
+
+
+def queue_timeout(policy: Policy) -> AdmissionRejected:
+    return AdmissionRejected(
+        503,
+        "queue_timeout",
+        f"The request waited {policy.queue_timeout_s:g} s in the queue; retry later.",
+        retry_after_s=1.0,
+    )
+
+
+def drained(machine: StateMachine, now: float) -> Drained:
+    return Drained(
+        "The GPU's owner reclaimed it and the grace period ran out: this request was ended.",
+        retry_after_s=max(1.0, machine.retry_after_s(now)),
+    )
