@@ -19,8 +19,7 @@ from contextlib import aclosing
 from typing import Any
 
 from app.anthropic_errors import anthropic_body
-from app.errors import to_api_error
-from app.observability import context
+from app.errors import APIError
 from app.schemas.chat import ChatCompletionRequest
 from app.schemas.messages import MessageResponse
 from app.services.chat import ChatService
@@ -28,7 +27,7 @@ from app.services.generation import GenerationService
 from app.services.images import ImageLoader
 from app.services.messages_generation import MessagesGeneration, event_frame
 from app.services.messages_request import MessagesChatRequest
-from app.services.streaming import RequestEnd
+from app.services.streaming import open_sse
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
 from engine.errors import ContextLengthExceeded
@@ -90,12 +89,14 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
             meter.generation = generation
         assert isinstance(generation, MessagesGeneration)
         outputs = self._clamped(engine, generates[0], _messages(request))
-        try:
-            first = await anext(outputs, None)
-        except BaseException:
-            await outputs.aclose()
-            raise
-        return _events(first, outputs, generation, meter)
+        return await open_sse(
+            outputs,
+            generation.frames,
+            generation.closing_frames,
+            meter,
+            error_tail=_error_event,
+            done=b"",
+        )
 
     async def _clamped(
         self, engine: Engine, generate: GenerateRequest, request: MessagesChatRequest
@@ -125,35 +126,5 @@ def _messages(request: ChatCompletionRequest) -> MessagesChatRequest:
     return request
 
 
-async def _events(
-    first: GenerateOutput | None,
-    outputs: AsyncGenerator[GenerateOutput, None],
-    generation: MessagesGeneration,
-    end: RequestEnd | None,
-) -> AsyncIterator[bytes]:
-    """The event stream: one write per engine output, the closing events (or an `error`
-    event) last; usage is durable before the client has the last byte."""
-    failure: Exception | None = None
-    try:
-        if first is not None:
-            yield b"".join(generation.frames(first))
-            async for output in outputs:
-                if data := generation.frames(output):
-                    yield b"".join(data)
-        tail = b"".join(generation.closing_frames())
-    except Exception as exc:
-        failure = exc
-        error = to_api_error(exc)
-        record = context.current()
-        if record is not None:  # a 200 whose stream ended in an error event
-            record.outcome = error.code or error.error_type
-        tail = event_frame(anthropic_body(error.status_code, error.message, error.param))
-    except BaseException as exc:  # the client went away
-        if end is not None:
-            end.abandon(exc)
-        raise
-    finally:
-        await outputs.aclose()
-    if end is not None:
-        await end.finish(failure)
-    yield tail
+def _error_event(error: APIError) -> bytes:
+    return event_frame(anthropic_body(error.status_code, error.message, error.param))

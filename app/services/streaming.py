@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol, TypeVar
 
-from app.errors import ClientDisconnected, to_api_error
+from app.errors import APIError, ClientDisconnected, to_api_error
 from app.observability import context
 from app.sse import DONE, error_frame
 
@@ -24,6 +24,11 @@ T = TypeVar("T")
 
 Frames = Callable[[T], list[bytes]]  # SSE frames for one engine output (possibly none)
 Closing = Callable[[], list[bytes]]  # frames after the last output (the usage chunk)
+ErrorTail = Callable[[APIError], bytes]  # the frame of an error after the stream began
+
+
+def openai_error_tail(error: APIError) -> bytes:
+    return error_frame(error.body())
 
 
 class RequestEnd(Protocol):
@@ -42,7 +47,11 @@ async def open_sse(
     frames: Frames[T],
     closing: Closing,
     end: RequestEnd | None = None,
+    error_tail: ErrorTail = openai_error_tail,
+    done: bytes = DONE,
 ) -> SSEBody:
+    """`error_tail` and `done` are the API's own: OpenAI's error event and `[DONE]` by
+    default (Anthropic's stream has its `error` event and no end marker)."""
     try:
         first = await anext(outputs)
     except StopAsyncIteration:
@@ -50,7 +59,8 @@ async def open_sse(
     except BaseException:
         await outputs.aclose()
         raise
-    return SSEBody(_frames(first, outputs, frames, closing, end), outputs, end)
+    body = _frames(first, outputs, frames, closing, end, error_tail, done)
+    return SSEBody(body, outputs, end)
 
 
 class SSEBody:
@@ -92,6 +102,8 @@ async def _frames(
     frames: Frames[T],
     closing: Closing,
     end: RequestEnd | None,
+    error_tail: ErrorTail,
+    done: bytes,
 ) -> AsyncGenerator[bytes, None]:
     # One body per engine output, and the closing frames with [DONE]: each yield is one
     # ASGI send, one wake-up of the server's I/O thread and one write.
@@ -110,7 +122,7 @@ async def _frames(
         record = context.current()
         if record is not None:  # a 200 whose stream ended in an error event
             record.outcome = error.code or error.error_type
-        tail = error_frame(error.body())
+        tail = error_tail(error)
     except BaseException as exc:  # the client went away (cancelled, or the stream closed)
         await _ended(outputs, end, exc)
         raise
@@ -118,7 +130,7 @@ async def _frames(
         await outputs.aclose()
     if end is not None:  # usage is durable before the client has the last byte
         await end.finish(failure)
-    yield tail + DONE
+    yield tail + done
 
 
 async def _ended(
