@@ -47,8 +47,9 @@ from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.services.messages import MessagesService
 from app.settings import Settings
+from app.storage.database import TenantDatabase
 from app.tenancy.middleware import AuthMiddleware
-from app.tenancy.service import Tenancy
+from app.tenancy.service import Tenancy, database_url
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
@@ -167,6 +168,9 @@ def create_app(
     tenancy = tenancy or Tenancy.from_settings(settings)
     if tenancy.writer is not None:
         server_metrics.registry.register(UsageWriterCollector(tenancy.writer))
+    # Tenant data shares the keys database's pool when there is one.
+    shared_pool = tenancy.writer.engine if tenancy.writer is not None else None
+    tenant_data = TenantDatabase(database_url(settings), shared_pool)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -189,6 +193,7 @@ def create_app(
                 watcher.cancel()
             await admission.close()
             await tenancy.close()  # usage still queued is written (SIGTERM flushes)
+            await tenant_data.close(owned=shared_pool is None)
             await host.shutdown()
 
     admission.observers.append(_note_queue_wait)
@@ -201,6 +206,7 @@ def create_app(
         "completions": CompletionService(models, admission),
         "messages": MessagesService(models, admission, images),
         "registry": server_metrics.registry,
+        "tenant_data": tenant_data,
     }
     app = Litestar(
         route_handlers=[
