@@ -327,6 +327,16 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             section="tenants",
         ),
     ] = 300.0
+    limit_sync_interval_s: Annotated[
+        float,
+        Flag(
+            "with `--auth keys` on PostgreSQL: seconds between a replica's rounds with the "
+            "database that keep each key's limits fleet-wide (its slices of each key's "
+            "requests, tokens and concurrency topped up or given back, its heartbeat "
+            "renewed); a request short of its slice starts a round at once",
+            section="tenants",
+        ),
+    ] = 0.5
     config: Annotated[
         str | None,
         Flag(

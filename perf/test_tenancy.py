@@ -86,7 +86,7 @@ def test_tenancy_checks_alone(benchmark: Any, loop: asyncio.AbstractEventLoop, k
     async def checks() -> None:
         key = await tenancy.auth.authenticate(header)
         assert key is not None
-        meter = tenancy.begin(key, URL, payloads.MODEL, 1, 100)
+        meter = await tenancy.begin(key, URL, payloads.MODEL, 1, 100)
         tenancy.limiter.headers(key.id, key.limits)
         record = meter.record("completed")
         assert meter.reservation is not None

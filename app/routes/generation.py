@@ -45,7 +45,7 @@ async def respond(
     if key is not None:
         reserve = service.reserved_tokens(body, body_bytes)
         slots = service.slots(body)
-        meter = tenancy.begin(key, request.url.path, body.model, body.n, reserve, slots)
+        meter = await tenancy.begin(key, request.url.path, body.model, body.n, reserve, slots)
     try:
         if body.stream:
             # Admission, the queue and the first token: a client gone meanwhile ends them.

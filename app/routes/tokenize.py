@@ -32,20 +32,20 @@ from engine.warm.model import WarmModel
 from engine.warm.pool import ModelPool
 
 
-def _admitted_model(request: Request, models: ModelPool, name: str | None) -> WarmModel:
+async def _admitted_model(request: Request, models: ModelPool, name: str | None) -> WarmModel:
     """The model a call names, once the caller's key may use it and is within its
     requests per minute. A model the key may not use reads as one not served."""
     key = request_key(request)
     if key is not None:
         tenancy: Tenancy = request.app.state.tenancy
-        tenancy.admit_unmetered(key, name if name is not None else models.first.name)
+        await tenancy.admit_unmetered(key, name if name is not None else models.first.name)
     return resolve_model(models, name)
 
 
 @post("/tokenize", status_code=200)
 async def tokenize(request: Request, models: ModelsDep) -> TokenizeResponse:
     body = await read_json(request, tokenize_request_decoder)
-    engine = _admitted_model(request, models, body.model)
+    engine = await _admitted_model(request, models, body.model)
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequest("Give exactly one of `prompt` and `messages`.", param="prompt")
     if body.messages is not None:
@@ -78,5 +78,5 @@ def _tokenize_messages(
 @post("/detokenize", status_code=200)
 async def detokenize(request: Request, models: ModelsDep) -> DetokenizeResponse:
     body = await read_json(request, detokenize_request_decoder)
-    engine = _admitted_model(request, models, body.model)
+    engine = await _admitted_model(request, models, body.model)
     return DetokenizeResponse(prompt=await off_loop(engine.detokenize, body.tokens))

@@ -6,7 +6,8 @@ prompt's slot and count in its tokens. One request is one of RPM whatever it hol
 
 Buckets refill continuously (a limit of 60 per minute gives one back each second) and
 run on `time.monotonic`: setting the wall clock back or forward neither refills nor
-drains them. Limits are per server process; replicas each enforce them.
+drains them. This limiter counts in one server process; replicas that share a
+PostgreSQL keys database count together (app.tenancy.fleet_limits).
 A limit of 0 refuses every request; None means unlimited.
 """
 
@@ -16,6 +17,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.tenancy.keys import KeyLimits
 
@@ -71,6 +73,24 @@ class Reservation:
     settled: bool = False
 
 
+class RateLimiter(Protocol):
+    """What tenancy asks of a limiter: this process's (`Limiter`) or the fleet's."""
+
+    async def acquire(
+        self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
+    ) -> Reservation: ...
+
+    async def acquire_request(self, key_id: str, limits: KeyLimits) -> None: ...
+
+    def settle(self, reservation: Reservation, used_tokens: int) -> None: ...
+
+    def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class KeyState:
     __slots__ = ("in_flight", "limits", "requests", "tokens")
 
@@ -102,29 +122,36 @@ class Limiter:
         requests, budget = state.requests, state.tokens
         cap = limits.max_concurrent
         if cap is not None and state.in_flight + slots > cap:
-            raise RateLimited(_concurrency_message(cap, slots), 1.0 if slots <= cap else 60.0)
+            raise RateLimited(concurrency_message(cap, slots), 1.0 if slots <= cap else 60.0)
         if requests is not None:
             requests.refill(now)
             wait = requests.wait_for(1)
             if wait > 0:
-                raise RateLimited(
-                    f"Rate limit reached for requests per minute (limit {requests.capacity}).",
-                    wait,
-                )
+                raise RateLimited(rpm_message(requests.capacity), wait)
         if budget is not None:
             budget.refill(now)
             wait = budget.wait_for(tokens)
             if wait > 0:
-                raise RateLimited(
-                    f"Rate limit reached for tokens per minute (limit {budget.capacity}, "
-                    f"requested {tokens}).",
-                    wait,
-                )
+                raise RateLimited(tpm_message(budget.capacity, tokens), wait)
             budget.level -= tokens
         if requests is not None:
             requests.level -= 1
         state.in_flight += slots
         return Reservation(key_id, tokens, slots)
+
+    async def acquire(
+        self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
+    ) -> Reservation:
+        return self.admit(key_id, limits, tokens, slots)
+
+    async def acquire_request(self, key_id: str, limits: KeyLimits) -> None:
+        self.take_request(key_id, limits)
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
     def take_request(self, key_id: str, limits: KeyLimits) -> None:
         """One request of the key's requests per minute for a request that generates
@@ -136,9 +163,7 @@ class Limiter:
         requests.refill(now)
         wait = requests.wait_for(1)
         if wait > 0:
-            raise RateLimited(
-                f"Rate limit reached for requests per minute (limit {requests.capacity}).", wait
-            )
+            raise RateLimited(rpm_message(requests.capacity), wait)
         requests.level -= 1
 
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
@@ -171,7 +196,15 @@ class Limiter:
         return out
 
 
-def _concurrency_message(cap: int, slots: int) -> str:
+def rpm_message(limit: int) -> str:
+    return f"Rate limit reached for requests per minute (limit {limit})."
+
+
+def tpm_message(limit: int, tokens: int) -> str:
+    return f"Rate limit reached for tokens per minute (limit {limit}, requested {tokens})."
+
+
+def concurrency_message(cap: int, slots: int) -> str:
     if slots > cap:
         return (
             f"This request has {slots} prompts, each a concurrent request; this key may run "

@@ -22,8 +22,9 @@ from app.observability import context
 from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.db import create_engine, default_url, sqlite_path
+from app.tenancy.fleet_limits import SYNC_INTERVAL_S, FleetLimiter
 from app.tenancy.keys import KeyRecord, KeyStore
-from app.tenancy.limits import Limiter, RateLimited, Reservation
+from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
 from app.tenancy.middleware import SCOPE_KEY
 from app.tenancy.usage import UsageRecord, UsageWriter
 from engine.admission.policy import AdmissionRejected, Drained
@@ -224,12 +225,12 @@ class Tenancy:
         *,
         store: KeyStore | None = None,
         writer: UsageWriter | None = None,
-        limiter: Limiter | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.auth = auth
         self.store = store
         self.writer = writer
-        self.limiter = limiter or Limiter()
+        self.limiter: RateLimiter = limiter or Limiter()
 
     @property
     def mode(self) -> str:
@@ -242,28 +243,45 @@ class Tenancy:
             return cls(Authenticator())
         if mode == "static":
             return cls(StaticKeys(static_keys(settings)))
+        if not settings.limit_sync_interval_s > 0:
+            raise AuthConfigError("--limit-sync-interval-s must be more than 0")
         return cls.with_database(
             create_engine(database_url(settings)),
             spool_path(settings),
             outage_s=settings.key_cache_outage_s,
+            limit_sync_s=settings.limit_sync_interval_s,
         )
 
     @classmethod
-    def with_database(cls, engine: AsyncEngine, spool: Path, outage_s: float = OUTAGE_S) -> Tenancy:
+    def with_database(
+        cls,
+        engine: AsyncEngine,
+        spool: Path,
+        outage_s: float = OUTAGE_S,
+        limit_sync_s: float = SYNC_INTERVAL_S,
+    ) -> Tenancy:
+        """Keys, usage and limits on `engine`. On PostgreSQL, which replicas share, a
+        key's limits hold across all of them (app.tenancy.fleet_limits); on SQLite,
+        one server's, they count in this process."""
         store = KeyStore(engine)
         auth = DatabaseKeys(store, outage_s=outage_s)
-        return cls(auth, store=store, writer=UsageWriter(engine, spool, store))
+        limiter: RateLimiter | None = None
+        if engine.dialect.name == "postgresql":
+            limiter = FleetLimiter.for_engine(engine, limit_sync_s)
+        return cls(auth, store=store, writer=UsageWriter(engine, spool, store), limiter=limiter)
 
     async def start(self) -> None:
+        await self.limiter.start()
         if self.writer is not None:
             self.writer.start()
 
     async def close(self) -> None:
+        await self.limiter.close()
         if self.writer is not None:
             await self.writer.close()
             await self.writer.engine.dispose()
 
-    def begin(
+    async def begin(
         self,
         key: KeyRecord,
         endpoint: str,
@@ -281,21 +299,23 @@ class Tenancy:
             raise ModelNotFound(model)
         meter = RequestMeter(self, key, endpoint, model, n)
         try:
-            meter.reservation = self.limiter.admit(key.id, key.limits, reserve_tokens, slots)
+            meter.reservation = await self.limiter.acquire(
+                key.id, key.limits, reserve_tokens, slots
+            )
         except RateLimited as exc:
             if self.writer is not None:  # a count per key, minute and reason; not a row
                 self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
         return meter
 
-    def admit_unmetered(self, key: KeyRecord, model: str) -> None:
+    async def admit_unmetered(self, key: KeyRecord, model: str) -> None:
         """A request that generates nothing (/tokenize, /detokenize): the key must allow
         `model` (else 404, as for generation) and it takes one of the key's requests per
         minute (else 429). It writes no usage row."""
         if not key.limits.allows_model(model):
             raise ModelNotFound(model)
         try:
-            self.limiter.take_request(key.id, key.limits)
+            await self.limiter.acquire_request(key.id, key.limits)
         except RateLimited as exc:
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
 

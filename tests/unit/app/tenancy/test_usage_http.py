@@ -112,7 +112,7 @@ async def test_a_cancelled_request_counts_what_it_used(
         key = await tenancy.auth.authenticate(f"Bearer {secret}".encode())
         assert key is not None
         body = chat_request_decoder.decode(json.dumps(chat(stream=True, max_tokens=50)))
-        meter = tenancy.begin(key, URL, "scripted", 1, 100)
+        meter = await tenancy.begin(key, URL, "scripted", 1, 100)
         frames = await http.app.state.chat.open_stream(body, "key:x", meter)
         for _ in range(3):
             await anext(frames)

@@ -1,0 +1,415 @@
+"""Per-key limits that hold across every replica sharing a PostgreSQL keys database.
+
+Each key's requests and tokens per minute are one token bucket in the database
+(app.tenancy.limit_store), and its concurrent requests one count of slots. A replica
+does not ask the database per request: it leases a slice of each bucket (5% of the
+limit over the live replicas, or what a waiting request needs) and admits from the
+slice in memory. A background round (every `sync_interval_s`, and at once when a
+request finds its slice short) tops the slices of busy keys up, gives back those of
+keys idle for `IDLE_S`, and renews the replica's heartbeat, which is how replicas
+count each other. A unit is taken from the shared bucket before any replica spends it,
+so the fleet together admits no more than one server would; leased units a replica
+sits on are at most 5% of the limit (the others may then admit that much less).
+
+Concurrency slots are leased the same way but sized to what is in flight: every round
+gives back the slots a replica holds beyond its requests in flight, and a replica's
+slots stop counting when its heartbeat expires (it died).
+
+When a round fails (the database is down or slow), the replica counts alone: each
+key gets its share, the limit divided by the replicas it last saw (at least 1), as a
+local bucket starting from what the replica still held. The next round that succeeds
+brings it back to the shared buckets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.tenancy.keys import KeyLimits
+from app.tenancy.limit_store import WINDOW_S, Ask, Grant, LimitStore, Round, share
+from app.tenancy.limits import (
+    Clock,
+    RateLimited,
+    Reservation,
+    concurrency_message,
+    duration,
+    rpm_message,
+    tpm_message,
+)
+
+log = logging.getLogger("lilac.tenancy")
+
+SYNC_INTERVAL_S = 0.5
+LEASE_FRACTION = 0.05  # a replica's slice of a bucket: this part of the limit, over replicas
+IDLE_S = 10.0  # a key unused this long gives its slices back
+WAIT_S = 1.0  # the longest a request waits for a round to top its slice up
+
+
+@dataclass(slots=True)
+class Lease:
+    """A replica's units of one of a key's buckets. `held` may go below 0 (a request
+    used more tokens than it reserved): the debt is paid from the next grant."""
+
+    capacity: int
+    held: float = 0.0
+    left: float = 0.0  # the shared bucket's level at the last round
+    need: float = 0.0  # what a waiting request needs held
+    dry_until: float = 0.0  # the shared bucket had too little before this time
+
+    def short(self, amount: float) -> bool:
+        return self.held < amount
+
+    def refill_alone(self, replicas: int, elapsed: float) -> None:
+        """Counting alone: refill towards this replica's share (never drains units it
+        already holds above it)."""
+        part = share(self.capacity, replicas)
+        if self.held < part:
+            self.held = min(float(part), self.held + elapsed * part / WINDOW_S)
+
+
+class KeyLease:
+    __slots__ = (
+        "in_flight",
+        "limits",
+        "peak",
+        "requests",
+        "slots",
+        "slots_dry_until",
+        "slots_need",
+        "stamp",
+        "tokens",
+        "used_at",
+    )
+
+    def __init__(self, limits: KeyLimits, now: float) -> None:
+        self.limits = limits
+        self.requests = Lease(limits.rpm) if limits.rpm is not None else None
+        self.tokens = Lease(limits.tpm) if limits.tpm is not None else None
+        self.slots = 0  # concurrency slots held
+        self.slots_need = 0
+        self.slots_dry_until = 0.0
+        self.in_flight = 0
+        self.peak = 0  # most in flight since the last round
+        self.used_at = now
+        self.stamp = now  # last local refill while counting alone
+
+    def idle(self) -> bool:
+        held = [lease.held for lease in (self.requests, self.tokens) if lease is not None]
+        return self.in_flight == 0 and self.slots == 0 and not any(held)
+
+
+class FleetLimiter:
+    """The `RateLimiter` of replicas sharing a PostgreSQL database."""
+
+    def __init__(
+        self,
+        store: LimitStore,
+        *,
+        sync_interval_s: float = SYNC_INTERVAL_S,
+        clock: Clock = time.time,
+    ) -> None:
+        self.store = store
+        self.sync_interval_s = sync_interval_s
+        self._clock = clock
+        self._keys: dict[str, KeyLease] = {}
+        self.replicas = 1  # live replicas at the last round, this one included
+        self.alone = False  # counting alone: the last round failed
+        self._wake = asyncio.Event()
+        self._next: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.rounds = 0
+        self.failed_rounds = 0
+
+    @classmethod
+    def for_engine(cls, engine: AsyncEngine, sync_interval_s: float) -> FleetLimiter:
+        return cls(LimitStore(engine, uuid.uuid4().hex[:12]), sync_interval_s=sync_interval_s)
+
+    # -- the request path ------------------------------------------------------------
+
+    def _state(self, key_id: str, limits: KeyLimits, now: float) -> KeyLease:
+        state = self._keys.get(key_id)
+        if state is None or state.limits != limits:
+            fresh = KeyLease(limits, now)
+            if state is not None:  # limits changed: what is in flight still is
+                fresh.in_flight, fresh.slots = state.in_flight, state.slots
+            elif self.alone:  # first seen while counting alone: a full share, as a
+                for lease in (fresh.requests, fresh.tokens):  # single server starts full
+                    if lease is not None:
+                        lease.held = float(share(lease.capacity, self.replicas))
+            self._keys[key_id] = state = fresh
+        return state
+
+    async def acquire(
+        self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
+    ) -> Reservation:
+        _refuse_impossible(limits, tokens, slots)
+        for attempt in range(2):
+            now = self._clock()
+            state = self._state(key_id, limits, now)
+            state.used_at = now
+            if self.alone:
+                self._refill_alone(state, now)
+            refusal = self._shortfall(state, tokens, slots, now)
+            if refusal is None:
+                return self._take(state, key_id, tokens, slots)
+            if self.alone or attempt or refusal.retry_after_s > 0:
+                raise _with_retry(refusal)
+            await self._await_round()
+        raise AssertionError("unreachable")
+
+    async def acquire_request(self, key_id: str, limits: KeyLimits) -> None:
+        if limits.rpm == 0:
+            raise RateLimited(rpm_message(0), math.inf)
+        if limits.rpm is None:
+            return
+        for attempt in range(2):
+            now = self._clock()
+            state = self._state(key_id, limits, now)
+            state.used_at = now
+            if self.alone:
+                self._refill_alone(state, now)
+            lease = state.requests
+            assert lease is not None
+            if not lease.short(1):
+                lease.held -= 1
+                return
+            refusal = self._bucket_refusal(lease, 1, now, rpm_message(lease.capacity))
+            if self.alone or attempt or refusal.retry_after_s > 0:
+                raise _with_retry(refusal)
+            await self._await_round()
+
+    def _shortfall(
+        self, state: KeyLease, tokens: int, slots: int, now: float
+    ) -> RateLimited | None:
+        """The refusal this request gets now, or None when the slices cover it. A
+        refusal with `retry_after_s` 0 means: a round may still cover it (what it needs
+        of every short slice is noted for that round)."""
+        refusals: list[RateLimited] = []
+        cap = state.limits.max_concurrent
+        if cap is not None:
+            ceiling = share(cap, self.replicas) if self.alone else state.slots
+            if state.in_flight + slots > ceiling:
+                if self.alone or now < state.slots_dry_until:
+                    return RateLimited(concurrency_message(cap, slots), 1.0)
+                state.slots_need = max(state.slots_need, state.in_flight + slots)
+                refusals.append(RateLimited(concurrency_message(cap, slots), 0.0))
+        if state.requests is not None and state.requests.short(1):
+            text = rpm_message(state.requests.capacity)
+            refusals.append(self._bucket_refusal(state.requests, 1, now, text))
+        if state.tokens is not None and state.tokens.short(tokens):
+            text = tpm_message(state.tokens.capacity, tokens)
+            refusals.append(self._bucket_refusal(state.tokens, tokens, now, text))
+        # A refusal no round can lift (known short) before one a round may lift.
+        refusals.sort(key=lambda refusal: refusal.retry_after_s <= 0)
+        return refusals[0] if refusals else None
+
+    def _bucket_refusal(self, lease: Lease, amount: float, now: float, text: str) -> RateLimited:
+        if self.alone:
+            part = share(lease.capacity, self.replicas)
+            rate = part / WINDOW_S
+            wait = math.inf if amount > part or rate <= 0 else (amount - lease.held) / rate
+            return RateLimited(text, max(wait, 0.001))
+        if now < lease.dry_until:
+            return RateLimited(text, max(lease.dry_until - now, 0.001))
+        lease.need = max(lease.need, amount)
+        return RateLimited(text, 0.0)
+
+    def _take(self, state: KeyLease, key_id: str, tokens: int, slots: int) -> Reservation:
+        if state.requests is not None:
+            state.requests.held -= 1
+        if state.tokens is not None:
+            state.tokens.held -= tokens
+        state.in_flight += slots
+        state.peak = max(state.peak, state.in_flight)
+        return Reservation(key_id, tokens, slots)
+
+    def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        if reservation.settled:
+            return
+        reservation.settled = True
+        state = self._keys.get(reservation.key_id)
+        if state is None:
+            return
+        state.in_flight = max(0, state.in_flight - reservation.slots)
+        if state.tokens is not None:  # unused reserved tokens stay in this replica's slice
+            state.tokens.held += reservation.tokens - used_tokens
+
+    def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
+        """OpenAI's x-ratelimit-* headers: the shared bucket as the last round left it
+        plus this replica's slice."""
+        state = self._state(key_id, limits, self._clock())
+        out: list[tuple[bytes, bytes]] = []
+        for kind, lease in ((b"requests", state.requests), (b"tokens", state.tokens)):
+            if lease is None:
+                continue
+            remaining = max(0, min(lease.capacity, math.floor(lease.left + lease.held)))
+            rate = lease.capacity / WINDOW_S
+            reset = 0.0 if rate <= 0 else (lease.capacity - remaining) / rate
+            out.append((b"x-ratelimit-limit-" + kind, str(lease.capacity).encode()))
+            out.append((b"x-ratelimit-remaining-" + kind, str(remaining).encode()))
+            out.append((b"x-ratelimit-reset-" + kind, duration(reset)))
+        return out
+
+    def _refill_alone(self, state: KeyLease, now: float) -> None:
+        elapsed = max(0.0, now - state.stamp)
+        state.stamp = now
+        for lease in (state.requests, state.tokens):
+            if lease is not None:
+                lease.refill_alone(self.replicas, elapsed)
+
+    # -- rounds ------------------------------------------------------------------------
+
+    async def _await_round(self) -> None:
+        """Until a round that starts after now has ended (at most `WAIT_S`)."""
+        if self._task is None:  # not started (a test without a loop task): run one here
+            await self.sync_once()
+            return
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        future = self._next
+        self._wake.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(future), WAIT_S)
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="fleet-limits")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.store.leave(), self._round_timeout())
+
+    def _round_timeout(self) -> float:
+        return max(1.0, 2 * self.sync_interval_s)
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.sync_interval_s)
+            self._wake.clear()
+            future, self._next = self._next, None
+            try:
+                await self.sync_once()
+            finally:
+                if future is not None and not future.done():
+                    future.set_result(None)
+
+    async def sync_once(self) -> None:
+        """One round with the store; on failure the replica counts alone until one
+        succeeds."""
+        now = self._clock()
+        asks = self._asks(now)
+        try:
+            result = await asyncio.wait_for(
+                self.store.exchange(now, self._ttl(), [ask for ask, _ in asks]),
+                self._round_timeout(),
+            )
+        except Exception as exc:  # any failure of the store: count alone, never unlimited
+            self.failed_rounds += 1
+            if not self.alone:
+                log.warning(
+                    "fleet rate limits: the shared store failed (%s); each key now gets "
+                    "1/%d of its limits here until it answers",
+                    type(exc).__name__,
+                    self.replicas,
+                )
+                self._go_alone(now)
+            return
+        self.rounds += 1
+        if self.alone:
+            log.warning("fleet rate limits: the shared store answers again")
+        self._apply(result, asks, now)
+
+    def _ttl(self) -> float:
+        return max(3 * self.sync_interval_s, 2.0)
+
+    def _go_alone(self, now: float) -> None:
+        self.alone = True
+        for state in self._keys.values():
+            state.stamp = now
+
+    def _asks(self, now: float) -> list[tuple[Ask, KeyLease]]:
+        asks = []
+        for key_id, state in list(self._keys.items()):
+            idle = now - state.used_at > IDLE_S and state.in_flight == 0
+            if idle and state.idle():
+                del self._keys[key_id]
+                continue
+            limits = state.limits
+            ask = Ask(key_id, limits.rpm, limits.tpm, limits.max_concurrent)
+            ask.requests = self._want(state.requests, idle)
+            ask.tokens = self._want(state.tokens, idle)
+            ask.slots_floor = state.in_flight
+            # Spare slots go back each round, but as many as were in use at once since
+            # the last one stay: a key sending one request after another keeps its slot.
+            ask.slots = max(state.in_flight, state.slots_need, min(state.slots, state.peak))
+            state.peak = state.in_flight
+            asks.append((ask, state))
+        return asks
+
+    def _want(self, lease: Lease | None, idle: bool) -> float:
+        if lease is None:
+            return 0.0
+        # Units made up while counting alone were never taken from the store.
+        held = min(lease.held, 0.0) if self.alone else lease.held
+        if idle:
+            return -held
+        target = max(math.ceil(lease.capacity * LEASE_FRACTION / self.replicas), 1, lease.need)
+        # Top up once below half the slice: a busy key rarely waits for a round.
+        return target - held if held < max(target / 2, lease.need) else 0.0
+
+    def _apply(self, result: Round, asks: list[tuple[Ask, KeyLease]], now: float) -> None:
+        self.replicas = result.replicas
+        recovering, self.alone = self.alone, False
+        for ask, state in asks:
+            grant = result.grants.get(ask.key_id, Grant())
+            for lease, got, left in (
+                (state.requests, grant.requests, grant.requests_left),
+                (state.tokens, grant.tokens, grant.tokens_left),
+            ):
+                if lease is None:
+                    continue
+                if recovering:
+                    lease.held = min(lease.held, 0.0)
+                lease.held += got
+                lease.left = left
+                if lease.need and lease.held < lease.need:
+                    rate = lease.capacity / WINDOW_S
+                    lease.dry_until = now + (lease.need - lease.held) / rate if rate else math.inf
+                lease.need = 0.0
+            # Slots admitted during the round stay held even beyond the grant.
+            state.slots = max(grant.slots, state.in_flight)
+            if state.slots_need and state.slots < state.slots_need:
+                state.slots_dry_until = now + min(1.0, self.sync_interval_s)
+            state.slots_need = 0
+
+
+def _with_retry(refusal: RateLimited) -> RateLimited:
+    """A refusal no round decided (the round did not end in time): retry in a second."""
+    if refusal.retry_after_s <= 0:
+        refusal.retry_after_s = 1.0
+    return refusal
+
+
+def _refuse_impossible(limits: KeyLimits, tokens: int, slots: int) -> None:
+    """Requests no amount of waiting admits: as a single server refuses them."""
+    cap = limits.max_concurrent
+    if cap is not None and slots > cap:
+        raise RateLimited(concurrency_message(cap, slots), 60.0)
+    if limits.rpm == 0:
+        raise RateLimited(rpm_message(0), math.inf)
+    if limits.tpm is not None and tokens > limits.tpm:
+        raise RateLimited(tpm_message(limits.tpm, tokens), math.inf)
