@@ -1,7 +1,9 @@
 """What tenancy costs a request: the same non-streamed request through the app with
 `--auth keys` (a real SQLite keys database, the key's limits on, its usage row
 committed before the response) and without keys. The difference of the two medians
-is the per-request overhead of authentication, limits and metering."""
+is the per-request overhead of authentication, limits and metering. The `_fleet`
+forms do the same on a real PostgreSQL server, where a key's limits are the fleet's
+(leased slices, app.tenancy.fleet_limits)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from perf import payloads
 from perf.asgi import post
+from tests.postgres import start_postgres
 
 URL = "/v1/chat/completions"
 
@@ -36,23 +39,46 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
-@pytest.fixture(scope="module")
-def keyed(loop: asyncio.AbstractEventLoop) -> Iterator[tuple[Any, list[tuple[bytes, bytes]]]]:
-    folder = Path(tempfile.mkdtemp(prefix="lilac-bench-"))
+Keyed = tuple[Any, list[tuple[bytes, bytes]]]
 
+
+def _keyed(
+    loop: asyncio.AbstractEventLoop, url: str, folder: Path, tpm: int = 10**12
+) -> tuple[Keyed, Tenancy]:
     async def build() -> tuple[Tenancy, str]:
-        database = await open_database(f"sqlite:///{folder}/lilac.db")
+        database = await open_database(url)
         tenancy = Tenancy.with_database(database, folder / "spool.jsonl")
         assert tenancy.store is not None
-        limits = KeyLimits(rpm=10**9, tpm=10**12, max_concurrent=1000)
+        limits = KeyLimits(rpm=10**9, tpm=tpm, max_concurrent=1000)
         _, secret = await tenancy.store.create("bench", limits)
+        await tenancy.limiter.start()  # as the app's startup does
         return tenancy, secret
 
     tenancy, secret = loop.run_until_complete(build())
     engine = ScriptedEngine(served_names=(payloads.MODEL,))
     app = create_app(engine=engine, tenancy=tenancy)
-    yield app, [(b"authorization", f"Bearer {secret}".encode())]
+    return (app, [(b"authorization", f"Bearer {secret}".encode())]), tenancy
+
+
+@pytest.fixture(scope="module")
+def keyed(loop: asyncio.AbstractEventLoop) -> Iterator[Keyed]:
+    folder = Path(tempfile.mkdtemp(prefix="lilac-bench-"))
+    made, tenancy = _keyed(loop, f"sqlite:///{folder}/lilac.db", folder)
+    yield made
     loop.run_until_complete(tenancy.close())
+
+
+@pytest.fixture(scope="module")
+def keyed_fleet(loop: asyncio.AbstractEventLoop) -> Iterator[Keyed]:
+    pg = start_postgres()
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="lilac-bench-"))
+        # PostgreSQL's integer columns: a limit fits 32 bits.
+        made, tenancy = _keyed(loop, pg.url(), folder, tpm=2 * 10**9)
+        yield made
+        loop.run_until_complete(tenancy.close())
+    finally:
+        pg.stop()
 
 
 def _run(loop: asyncio.AbstractEventLoop, app: Any, body: bytes, headers: Any) -> int:
@@ -79,6 +105,27 @@ def test_request_keys_on(benchmark: Any, loop: asyncio.AbstractEventLoop, keyed:
 def test_tenancy_checks_alone(benchmark: Any, loop: asyncio.AbstractEventLoop, keyed: Any) -> None:
     """Authentication (cached key), the limits and building the usage record: the part
     of tenancy on the request's own path besides the database commit."""
+    _bench_checks(benchmark, loop, keyed)
+
+
+def test_tenancy_checks_alone_fleet(
+    benchmark: Any, loop: asyncio.AbstractEventLoop, keyed_fleet: Any
+) -> None:
+    """The same with the fleet's limits: admitted from this replica's leased slices,
+    topped up by rounds with PostgreSQL in the background."""
+    _bench_checks(benchmark, loop, keyed_fleet)
+
+
+def test_request_keys_on_fleet(
+    benchmark: Any, loop: asyncio.AbstractEventLoop, keyed_fleet: Any
+) -> None:
+    """Includes committing the usage row to PostgreSQL before the response."""
+    app, headers = keyed_fleet
+    body = payloads.encode(payloads.plain_request())
+    benchmark(_run, loop, app, body, headers)
+
+
+def _bench_checks(benchmark: Any, loop: asyncio.AbstractEventLoop, keyed: Any) -> None:
     app, headers = keyed
     tenancy: Tenancy = app.state.tenancy
     header = headers[0][1]
@@ -95,7 +142,8 @@ def test_tenancy_checks_alone(benchmark: Any, loop: asyncio.AbstractEventLoop, k
     def run_once() -> None:
         # A cached key awaits nothing: drive the coroutine directly, without the event
         # loop's own per-call cost. Once a second the cache expires and the key is read
-        # again from the database: that round goes through the loop.
+        # again from the database, and a slice runs short now and then: those rounds go
+        # through the loop (which also runs the background rounds).
         coroutine = checks()
         try:
             coroutine.send(None)
