@@ -196,7 +196,7 @@ class GenerationService(ABC, Generic[RequestT]):
         record made durable) before the body is returned."""
         generation, generates, engine = await self._start(request, client)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         states = generation.choice_states()
         outputs = self._outputs(engine, generates)
         if len(generates) == 1:
@@ -217,7 +217,7 @@ class GenerationService(ABC, Generic[RequestT]):
         is finished before the stream's last frame."""
         generation, generates, engine = await self._start(request, client)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         outputs = self._outputs(engine, generates)
         frames: Any = generation.frames if len(generates) == 1 else generation.indexed_frames
         return await open_sse(outputs, frames, generation.closing_frames, meter)
@@ -260,7 +260,7 @@ class GenerationService(ABC, Generic[RequestT]):
         for generate in generates:
             generate.tally = generation
         if record is not None:
-            record.generation = generation
+            record.usage_source = generation
         return generation, generates, engine
 
     def _outputs(

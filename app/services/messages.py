@@ -71,7 +71,7 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
     ) -> MessageResponse:
         generation, generates, engine = await self._start(request, client)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         states = generation.choice_states()
         async with aclosing(self._clamped(engine, generates[0], _messages(request))) as outputs:
             async for output in outputs:
@@ -86,7 +86,7 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
     ) -> AsyncIterator[bytes]:
         generation, generates, engine = await self._start(request, client)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         assert isinstance(generation, MessagesGeneration)
         outputs = self._clamped(engine, generates[0], _messages(request))
         return await open_sse(
