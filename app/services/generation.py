@@ -30,7 +30,7 @@ from app.services.streaming import RequestEnd, open_sse
 from app.sse import frame
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
-from engine.checks import default_output_tokens
+from engine.checks import default_output_tokens, estimate_prompt_tokens
 from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 from engine.streams import merge
 from engine.warm.pool import ModelPool
@@ -224,10 +224,10 @@ class GenerationService(ABC, Generic[RequestT]):
 
     def reserved_tokens(self, request: RequestT, body_bytes: int) -> int:
         """Tokens a request may use, before it is tokenized, for per-key token limits: a
-        generous prompt estimate (a token per 4 bytes of the request body) plus every
+        generous prompt estimate (`estimate_prompt_tokens` of the request body) plus every
         choice's output budget (without `max_tokens`, the model's default) for each of
         its prompts."""
-        prompt = body_bytes // 4
+        prompt = estimate_prompt_tokens(body_bytes)
         limit = getattr(request, "max_completion_tokens", None) or getattr(
             request, "max_tokens", None
         )

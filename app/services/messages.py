@@ -30,6 +30,7 @@ from app.services.messages_request import MessagesChatRequest
 from app.services.streaming import open_sse
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
+from engine.checks import estimate_prompt_tokens
 from engine.errors import ContextLengthExceeded
 from engine.protocol import Engine, GenerateOutput, GenerateRequest
 from engine.warm.pool import ModelPool
@@ -64,7 +65,7 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
         """As chat's, with `max_tokens` bounded by the context (as it will be clamped)."""
         model = self._models.get(request.model) or self._models.first
         limit = min(request.max_tokens or 0, model.model.max_model_len)
-        return body_bytes // 4 + limit
+        return estimate_prompt_tokens(body_bytes) + limit
 
     async def complete(
         self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None

@@ -36,11 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.admission.policy import AdmissionRejected, Policy
-from engine.checks import default_output_tokens
+from engine.checks import default_output_tokens, estimate_prompt_tokens
 from engine.errors import EngineRequestError
 
-CHARS_PER_TOKEN = 4  # a rough, tokenizer-free estimate: admission only needs the scale
-TOKENS_PER_MESSAGE = 8  # role markers and separators the chat template adds
 QUEUE_RESERVE_DIVISOR = 4  # a quarter of the queue is held for clients short of their part
 RUNNING_RESERVE_DIVISOR = 8  # an eighth of the cap and the KV budget: for idle clients
 
@@ -75,10 +73,9 @@ def estimate_tokens(
     model's default output budget (`engine.checks.default_output_tokens`), bounded by
     the rest of the context. The prompt's KV blocks are shared by the choices. A
     pre-tokenized prompt counts its `prompt_token_ids` tokens as they are."""
-    chars = len(prompt or "") + prompt_token_ids * CHARS_PER_TOKEN
-    for message in messages or ():
-        chars += len(str(message.get("content") or "")) + TOKENS_PER_MESSAGE * CHARS_PER_TOKEN
-    prompt_tokens = -(-chars // CHARS_PER_TOKEN)
+    messages = messages or []
+    chars = len(prompt or "") + sum(len(str(m.get("content") or "")) for m in messages)
+    prompt_tokens = estimate_prompt_tokens(chars, len(messages), prompt_token_ids)
     room = max(0, max_model_len - prompt_tokens)
     output = (
         max_tokens if max_tokens is not None else min(room, default_output_tokens(max_model_len))
