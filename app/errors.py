@@ -18,8 +18,9 @@ from app.anthropic_errors import encode_anthropic, is_anthropic_path
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong
-from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import (
+    AdmissionRejected,
+    Drained,
     EngineError,
     EngineRequestError,
     EngineUnavailable,
@@ -86,6 +87,13 @@ class ModelNotFound(APIError):
             param="model",
             code="model_not_found",
         )
+
+
+class KeyNotFoundError(APIError):
+    """An operator named a key id that does not exist."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
 
 
 class ServiceUnavailable(APIError):

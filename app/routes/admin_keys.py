@@ -8,18 +8,13 @@ from typing import Any
 import msgspec
 from litestar import Request, Router, delete, get, patch, post
 
-from app.errors import APIError, InvalidRequest
+from app.errors import InvalidRequest, KeyNotFoundError
 from app.routes.admin import AdminKeyGuard
 from app.routes.deps import TenancyDep
 from app.tenancy.keys import CACHE_GROUP_CHARS, KeyLimits, KeyNotFound, KeyStore
 from app.tenancy.report import parse_time as parse_report_time
 from app.tenancy.report import refusal_reasons, summarize
 from app.tenancy.service import Tenancy
-
-
-class KeyNotFoundError(APIError):
-    status_code = 404
-    error_type = "invalid_request_error"
 
 
 class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

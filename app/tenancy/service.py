@@ -27,7 +27,7 @@ from app.tenancy.limits import Limiter, RateLimited, Reservation
 from app.tenancy.middleware import SCOPE_KEY
 from app.tenancy.usage import UsageRecord, UsageWriter
 from app.usage_source import UsageSource
-from engine.admission.policy import AdmissionRejected, Drained
+from engine.errors import AdmissionRejected, Drained
 
 SPOOL_FILE = "usage-spool.jsonl"
 

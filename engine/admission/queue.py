@@ -35,9 +35,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from engine.admission.policy import AdmissionRejected, Policy
+from engine.admission.policy import Policy
 from engine.checks import default_output_tokens, estimate_prompt_tokens
-from engine.errors import EngineRequestError
+from engine.errors import AdmissionRejected, NeverFits
 
 QUEUE_RESERVE_DIVISOR = 4  # a quarter of the queue is held for clients short of their part
 RUNNING_RESERVE_DIVISOR = 8  # an eighth of the cap and the KV budget: for idle clients
@@ -81,19 +81,6 @@ def estimate_tokens(
         max_tokens if max_tokens is not None else min(room, default_output_tokens(max_model_len))
     )
     return prompt_tokens + n * output
-
-
-class NeverFits(EngineRequestError):
-    """A request that needs more KV tokens than the whole budget: it could never run."""
-
-    def __init__(self, tokens: int, budget: int) -> None:
-        super().__init__(
-            f"This request may need about {tokens} tokens of KV cache (prompt plus `n` "
-            f"times `max_tokens`), more than the server can ever hold ({budget}); lower "
-            "`max_tokens` or `n`, or shorten the prompt.",
-            param="max_tokens",
-            code="request_too_large",
-        )
 
 
 class AdmissionQueue:
