@@ -127,7 +127,7 @@ def test_request_keys_on_fleet(
 
 def _bench_checks(benchmark: Any, loop: asyncio.AbstractEventLoop, keyed: Any) -> None:
     app, headers = keyed
-    tenancy: Tenancy = app.state.tenancy
+    tenancy: Tenancy = app.dependencies["tenancy"].dependency()  # what handlers get
     header = headers[0][1]
 
     async def checks() -> None:
