@@ -120,3 +120,29 @@ def test_the_container_image_serves_with_keys_and_its_probe_needs_none() -> None
     probed = re.search(r"http://127\.0\.0\.1:8000(/[a-z/]*)", docker["HEALTHCHECK"])
     assert probed is not None and probed.group(1) in OPEN_PATHS
     assert probed.group(1) in _app_paths()
+
+
+def test_the_model_routing_recipe_registers_each_pod_under_the_model_it_serves() -> None:
+    path = DEPLOY / "kubernetes" / "lilac-serve-models.yaml"
+    documents = list(yaml.safe_load_all(path.read_text()))
+    daemon = next(d for d in documents if d["kind"] == "DaemonSet")
+    pod = daemon["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value", "set") for e in container["env"]}
+    settings = _serve_settings(container["args"], env)
+    assert auth_mode(settings) == "keys" and database_url(settings) == "set"
+    # The model id the pod registers is the name it serves, and its nodes' label.
+    assert tuple(settings.served_model_name) == (env["MODEL_ID"],)
+    assert pod["nodeSelector"]["lilac.dev/model"] == env["MODEL_ID"]
+    register = " ".join(container["lifecycle"]["postStart"]["exec"]["command"])
+    assert "/workers" in register and "'model_id': os.environ['MODEL_ID']" in register
+    router = next(d for d in documents if d["kind"] == "Deployment")
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "vllm-router==0.1.17" in args and "--enable-igw" in args
+    assert "--health-check-endpoint /health" in args
+    assert env["ROUTER"] == "http://lilac-model-router.lilac.svc"
+    service = next(d for d in documents if d["kind"] == "Service")
+    assert service["metadata"]["name"] == "lilac-model-router"
+    paths = _app_paths()
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["path"] in paths
