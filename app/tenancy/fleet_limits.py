@@ -151,6 +151,8 @@ class FleetLimiter:
         self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
     ) -> Reservation:
         _refuse_impossible(limits, tokens, slots)
+        if limits.rpm is None and limits.tpm is None and limits.max_concurrent is None:
+            return Reservation(key_id, tokens, slots)  # nothing to count, nothing to share
         for attempt in range(2):
             now = self._clock()
             state = self._state(key_id, limits, now)
@@ -303,6 +305,8 @@ class FleetLimiter:
             future, self._next = self._next, None
             try:
                 await self.sync_once()
+            except Exception:  # a bug here must not end the rounds: slices would run dry
+                log.exception("fleet rate limits: a round failed")
             finally:
                 if future is not None and not future.done():
                     future.set_result(None)

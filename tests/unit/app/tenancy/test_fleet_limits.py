@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -235,3 +236,39 @@ async def test_replicas_count_each_other_and_a_leaving_one_stops_counting(
         clock.now += 10.0
         await limiters[0].sync_once()
         assert limiters[0].replicas == 1
+
+
+async def test_postgresql_keys_get_the_fleets_limiter_and_sqlite_keys_the_servers(
+    database_url: str, tmp_path: Path
+) -> None:
+    from app.tenancy.db import open_database
+    from app.tenancy.service import Tenancy
+
+    shared = Tenancy.with_database(await open_database(database_url), tmp_path / "a.jsonl")
+    alone = Tenancy.with_database(
+        await open_database(f"sqlite:///{tmp_path}/lilac.db"), tmp_path / "b.jsonl"
+    )
+    try:
+        assert isinstance(shared.limiter, FleetLimiter)
+        assert isinstance(alone.limiter, Limiter)
+    finally:
+        for tenancy in (shared, alone):
+            await tenancy.close()
+
+
+async def test_a_key_without_limits_costs_no_round(database_url: str, clock: FakeClock) -> None:
+    async for limiters, _ in fleet(database_url, 2, clock, start=False):
+        unlimited = KeyLimits(rpm=None)
+        reservation = await limiters[0].acquire("free", unlimited, 10**6, slots=64)
+        limiters[0].settle(reservation, 10**6)
+        rounds = limiters[0].rounds
+        await limiters[0].sync_once()
+        assert limiters[0].rounds == rounds + 1 and "free" not in limiters[0]._keys
+
+
+def test_a_sync_interval_of_zero_refuses_to_start() -> None:
+    from app.settings import Settings
+    from app.tenancy.service import AuthConfigError, Tenancy
+
+    with pytest.raises(AuthConfigError, match="--limit-sync-interval-s"):
+        Tenancy.from_settings(Settings(auth="keys", limit_sync_interval_s=0))
