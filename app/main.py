@@ -66,7 +66,7 @@ def build_engine(
 ) -> Engine:
     """The vLLM engine the settings describe, with CPU defaults when there is no GPU.
     `sleep_mode` builds it with vLLM's sleep mode on a GPU (to sleep between requests);
-    `prometheus_stats` gives it vLLM's `vllm:` series (one engine per process may)."""
+    `prometheus_stats` gives it vLLM's `vllm:` series, labelled with its model."""
     from engine.checkpoint import resolve_model
     from engine.families import get as get_family
     from engine.templates import load_template_file
@@ -131,11 +131,11 @@ def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
         pool.add(engine)
         return pool
     specs = model_specs(settings)
-    for position, spec in enumerate(specs):
+    for spec in specs:
         model_engine = build_engine(
             engine_settings(settings, spec),
             sleep_mode=len(specs) > 1,
-            prometheus_stats=position == 0,
+            prometheus_stats=True,  # every model's `vllm:` series, labelled model_name
         )
         keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive
         pool.add(model_engine, WarmConfig(keep_alive, spec.memory_gib, spec.pinned))

@@ -120,14 +120,16 @@ def check_family_markers(config: EngineConfig) -> None:
 def build_async_llm(config: EngineConfig) -> Any:
     """The engine, with vLLM's own Prometheus stat logger: the `vllm:` series `vllm serve`
     exports (same names, labels and buckets), in prometheus_client's default registry,
-    which /metrics serves beside lilac-serve's own."""
+    which /metrics serves beside lilac-serve's own; every engine of the process shares
+    the metric objects, each labelled with its model (engine.vllm_backend.shared_metrics)."""
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
-    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    from engine.vllm_backend.shared_metrics import SharedPrometheusStatLogger
 
     check_family_markers(config)
     return AsyncLLM.from_engine_args(
         engine_args(config),
         usage_context=UsageContext.OPENAI_API_SERVER,
-        stat_loggers=[PrometheusStatLogger] if config.prometheus_stats else None,
+        stat_loggers=[SharedPrometheusStatLogger] if config.prometheus_stats else None,
     )

@@ -69,3 +69,15 @@ async def test_every_lilac_series_the_dashboard_queries_is_exported() -> None:
         exported = dashboard.exported_names((await http.get("/metrics")).text)
     wanted = {n for n in dashboard.metric_names(dashboard.load()) if n.startswith("lilac_")}
     assert wanted - exported == set()
+
+
+def test_a_model_selector_filters_every_vllm_series() -> None:
+    board = dashboard.load()
+    [model] = [v for v in board["templating"]["list"] if v["name"] == "model_name"]
+    assert model["type"] == "query" and model["includeAll"] and model["multi"]
+    assert "label_values(vllm:" in model["definition"] and "model_name)" in model["definition"]
+    for panel in dashboard.panels(board):
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            series = expr.count("vllm:")
+            assert expr.count('{model_name=~"$model_name"') == series, expr
