@@ -1,7 +1,7 @@
 """Several models in one server, through two real vLLM engines: the session's SmolLM2
 engine and a second one (the same weights with the family-test tokenizer, bound to the
-`kimi_k2` family, under another name, built without vLLM's stat logger as the server
-builds every model after the first). The pause stand-in sleeps and wakes them (vLLM's
+`kimi_k2` family, under another name, with vLLM's stat logger as the server builds
+every model). The pause stand-in sleeps and wakes them (vLLM's
 CPU build has no sleep mode). Covered: routing by model, sleep after keep_alive, wake
 on request, one wake for concurrent requests, the LRU rule under a budget that fits one
 model, a wake that fails, a request failing the engine's checks waking nothing, a
@@ -17,6 +17,7 @@ from contextlib import aclosing
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.settings import Settings
 from engine.admission.policy import State
@@ -57,7 +58,6 @@ async def second_engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterat
             enforce_eager=True,
             max_model_len=512,
             family="kimi_k2",
-            prometheus_stats=False,
         )
     )
     await engine.start()
@@ -143,6 +143,16 @@ async def test_the_openai_client_reaches_each_model_by_name(
     assert counts[0] != counts[1]
     with pytest.raises(openai.NotFoundError):
         await sdk.chat.completions.create(model="nope", messages=messages, max_tokens=2)  # type: ignore[arg-type]
+    # Each model's engine counted its own request in vLLM's series, under its name.
+    scrape = (await http.get("/metrics")).text
+    finished: dict[str, float] = {}
+    for family in text_string_to_metric_families(scrape):
+        if family.name == "vllm:request_success":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    name = sample.labels["model_name"]
+                    finished[name] = finished.get(name, 0.0) + sample.value
+    assert finished.get(DEFAULT_MODEL_NAME, 0) >= 1 and finished.get(SECOND, 0) >= 1, finished
 
 
 async def test_a_model_sleeps_after_keep_alive_and_a_request_wakes_it(
