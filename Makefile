@@ -79,7 +79,7 @@ soak: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.soak $(SOAK_ARGS)
 
 # Burst absorption with default admission flags: 256 concurrent requests from one client,
-# then vLLM's benchmark client at concurrency 64 and 256 (see perf/burst.py).
+# then vLLM's benchmark client at concurrency 64 and 256 (see perf/load/burst.py).
 BURST_ARGS ?=
 burst: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.burst $(BURST_ARGS)
