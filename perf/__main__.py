@@ -16,13 +16,15 @@ from perf.registry import KINDS, SCENARIOS
 
 
 def summary(module: str) -> str:
-    """The first line of the module's docstring, read from its source."""
+    """The first sentence of the module's docstring, read from its source."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(module)
     with open(spec.origin, encoding="utf-8") as source:
         docstring = ast.get_docstring(ast.parse(source.read())) or ""
-    return docstring.split("\n\n")[0].replace("\n", " ").strip()
+    paragraph = " ".join(docstring.split("\n\n")[0].split())
+    sentence, period, _ = paragraph.partition(". ")
+    return (sentence + period.strip()).rstrip(":")
 
 
 def usage() -> str:

@@ -1,5 +1,6 @@
-"""Our app over the scripted engine, served by granian as `lilac-serve serve` serves the
-real one (no model needed). Two factories:
+"""Our app over the scripted engine (no model needed), served by granian as `lilac-serve`.
+
+Two factories:
 
 - `build`, for the tests: settings from `LILAC_SETTINGS_JSON` when set (as
   `lilac-serve serve` passes them), else the defaults with `TEST_GRACE_PERIOD`; tokens

@@ -1,6 +1,7 @@
-"""Frontend ceiling: our app under granian over a ScriptedEngine (tokens instantly), many
-concurrent streams. Reports streamed tokens/s and requests/s, per wall second and per CPU
-second of the HTTP process (= per core it keeps busy).
+"""Frontend ceiling: our app under granian over the scripted engine, many streams.
+
+The engine yields its tokens instantly. Reports streamed tokens/s and requests/s, per
+wall second and per CPU second of the HTTP process (= per core it keeps busy).
 
     python -m perf frontend-ceiling [--concurrency 64] [--tokens 256] [--duration 10]
 

@@ -1,5 +1,6 @@
-"""`lilac-serve serve` with the admission controller taken out of the request path, to
-measure what the controller costs (the load benchmark's `ours-noadmit` run).
+"""`lilac-serve serve` with the admission controller taken out of the request path.
+
+It measures what the controller costs (the load benchmark's `ours-noadmit` run).
 
     PYTHONPATH=. python -m perf no-admission serve [FLAGS...]
 

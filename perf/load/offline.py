@@ -1,5 +1,7 @@
-"""The offline ceiling of the load benchmark: the same engine (our VLLMEngine adapter over
-vLLM's AsyncLLM, same flags), the same random prompts, the same concurrency, no HTTP.
+"""The offline ceiling of the load benchmark: the same engine and prompts, no HTTP.
+
+The engine is our VLLMEngine adapter over vLLM's AsyncLLM with the same flags, driven
+with the same random prompts at the same concurrency.
 
 Run by the load benchmark (perf/load/benchmark.py) in its own process:
     python -m perf offline --spec perf/out/load/offline_spec.json --out perf/out/load/offline.json

@@ -1,6 +1,7 @@
-"""Measure the admission controller on the real engine: yield latency (owner active ->
-engine paused, nothing running) and warm return (owner idle -> first token) against a
-cold start of the same engine.
+"""The admission controller on the real engine: yield latency and warm return.
+
+Yield latency is owner active -> engine paused, nothing running; warm return is owner
+idle -> first token; both against a cold start of the same engine.
 
     python -m perf admission-yield --cycles 8
 

@@ -1,5 +1,6 @@
-"""The attack matrix: one key floods a real server while another sends one request a
-second (`make attacks`; a short version runs in `make test`, tests/e2e/test_attacks.py).
+"""The attack matrix: one key floods a real server while another sends a request a second.
+
+`make attacks`; a short version runs in `make test` (tests/e2e/test_attacks.py).
 
     python -m perf attacks [--seconds 30] [--attacks prompts64,streams256,...]
 

@@ -1,8 +1,9 @@
-"""Two lilac-serve replicas behind sglang-router, a load generator driving the router,
-and one replica's owner coming back mid-load (its scripted GPU probe's timeline file is
-rewritten). Measures how long the router takes to stop sending that replica new work,
-the failures clients see, when it takes traffic again, and requests per replica over
-time (from each replica's own /metrics).
+"""Two lilac-serve replicas behind sglang-router, one replica's owner back mid-load.
+
+A load generator drives the router while one replica's owner comes back (its scripted
+GPU probe's timeline file is rewritten). Measures how long the router takes to stop
+sending that replica new work, the failures clients see, when it takes traffic again,
+and requests per replica over time (from each replica's own /metrics).
 
     python -m perf fleet               # the long run, on the default model (make fleet-demo)
     python -m perf fleet --scripted    # the same over the scripted engine (seconds)

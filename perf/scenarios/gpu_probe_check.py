@@ -1,6 +1,6 @@
 """The NVML probe and the admission state machine against a real GPU owner workload.
 
-    python3 -m perf.gpu_probe_check [--out gpu_probe.json] [--phase-s 20]
+    python3 -m perf gpu-probe-check [--out gpu_probe.json] [--phase-s 20]
 
 Runs on a GPU machine with only the standard library, nvidia-ml-py, PyTorch and this
 repository (no vLLM, no web stack): `engine.admission.probes.NvmlProbe` samples the GPU

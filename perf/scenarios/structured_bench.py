@@ -1,4 +1,4 @@
-"""Structured output validity: lilac-serve against `vllm serve`, same model, same engine flags.
+"""Structured output validity: lilac-serve against `vllm serve`, same model and engine flags.
 
 Sends the same tool-calling prompts (tool_choice auto, required, named) and json_schema
 prompts (perf/scenarios/structured_cases.py) to each server at temperature 0 and counts the

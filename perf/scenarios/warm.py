@@ -1,5 +1,6 @@
-"""Wake to first token of a sleeping model, next to its cold start, and the resident
-memory of the process tree with all models awake, one asleep and all asleep.
+"""Wake to first token of a sleeping model beside its cold start, and resident memory.
+
+The memory is the process tree's with all models awake, one asleep and all asleep.
 
 Two real engines in this process (the default model, and the same weights under a
 second name), held by the server's pool (`engine.warm`) with the sleeper of this

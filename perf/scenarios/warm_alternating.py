@@ -1,5 +1,6 @@
-"""Two models under alternating load: one server holding both (`[[models]]`) against two
-single-model servers sharing the box.
+"""Two models under alternating load: one server holding both against two servers.
+
+The one server holds both (`[[models]]`); the two single-model servers share the box.
 
 Clients send chat requests that name one model, then the other, in turn; each run
 reports output tokens per second and TTFT (p50, p99) per setup, side by side. Both

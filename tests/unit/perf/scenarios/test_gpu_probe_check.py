@@ -1,5 +1,5 @@
 """The GPU probe check's sampling and analysis, over a fake NVML and a fake owner on a
-fake clock (the real run needs a GPU: `python3 -m perf.gpu_probe_check` there)."""
+fake clock (the real run needs a GPU: `python3 -m perf gpu-probe-check` there)."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_an_owner_the_probe_misses_fails_the_check() -> None:
 
 def test_it_imports_neither_vllm_nor_the_web_stack_nor_torch_nor_psutil() -> None:
     code = (
-        "import sys, perf.gpu_probe_check;"
+        "import sys, perf.__main__, perf.scenarios.gpu_probe_check;"
         "heavy = {'vllm', 'litestar', 'msgspec', 'granian', 'torch', 'psutil', 'transformers'};"
         "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))"
     )
