@@ -55,7 +55,7 @@ def scripted_argv(port: int, factory: str = "build", *granian_opts: str) -> list
     `create` for the frontend ceiling (tokens instantly, admission limits lifted)."""
     options = [item for opt in granian_opts for item in ("--granian-opt", opt)]
     return [
-        *(sys.executable, "-m", "perf.harness.scripted_app"),
+        *(sys.executable, "-m", "perf", "scripted-app"),
         *("--factory", factory, "--port", str(port), *options),
     ]
 

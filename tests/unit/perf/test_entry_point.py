@@ -135,3 +135,10 @@ def test_each_scenario_help_works(name: str, helps: dict[str, Any]) -> None:
     assert answer["out"].startswith("usage: "), answer["out"][:500]
     if name != "no-admission":  # its arguments are `lilac-serve serve`'s, and so is its usage
         assert answer["out"].startswith(f"usage: python -m perf {name}"), answer["out"][:200]
+
+
+def test_subprocesses_start_scenarios_through_the_entry_point() -> None:
+    """A module has no `__main__` block, so `python -m perf.x.y` would run nothing."""
+    sources = [*PERF.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    stale = [str(p) for p in sources if '"-m", "perf.' in p.read_text() and p != Path(__file__)]
+    assert not stale
