@@ -22,7 +22,8 @@ import pytest
 from app.settings_sources import parse_args
 from app.tenancy.db import open_database
 from app.tenancy.keys import KeyLimits, KeyStore
-from perf.fleet import SCRIPTED_SERVE, _settings_json
+from perf.harness.servers import scripted_argv
+from perf.scenarios.fleet import _settings_json
 from tests.e2e.server import free_port
 from tests.postgres import TempPostgres, start_postgres
 
@@ -46,7 +47,7 @@ def _start(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env["LILAC_SETTINGS_JSON"] = json.dumps(_settings_json(parse_args(flags)))
     with log.open("wb") as out:
-        command = [sys.executable, "-c", SCRIPTED_SERVE.format(port=port)]
+        command = scripted_argv(port, "build")
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
 
 

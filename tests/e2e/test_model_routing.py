@@ -22,7 +22,8 @@ import openai
 import pytest
 
 from app.settings_sources import parse_args
-from perf.fleet import SCRIPTED_SERVE, _settings_json
+from perf.harness.servers import scripted_argv
+from perf.scenarios.fleet import _settings_json
 from tests.e2e.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +68,7 @@ def _replica(port: int, models: tuple[str, ...], log: Path) -> subprocess.Popen[
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LILAC_SCRIPTED_MODELS": ",".join(models)}
     env["LILAC_SETTINGS_JSON"] = json.dumps(_settings_json(parse_args(flags)))
     with log.open("wb") as out:
-        command = [sys.executable, "-c", SCRIPTED_SERVE.format(port=port)]
+        command = scripted_argv(port, "build")
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
 
 
