@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
