@@ -21,9 +21,8 @@ import pytest
 from app.settings_sources import parse_args
 from app.tenancy.db import open_database
 from app.tenancy.keys import KeyLimits, KeyStore
-from perf.harness.servers import scripted_argv
+from perf.harness.servers import free_port, scripted_argv
 from perf.scenarios.fleet import _settings_json
-from tests.e2e.server import free_port
 from tests.postgres import TempPostgres, start_postgres
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,9 +22,8 @@ import openai
 import pytest
 
 from app.settings_sources import parse_args
-from perf.harness.servers import scripted_argv
+from perf.harness.servers import free_port, scripted_argv
 from perf.scenarios.fleet import _settings_json
-from tests.e2e.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER = str(Path(sys.executable).with_name("vllm-router"))
