@@ -41,6 +41,7 @@ from engine.streams import merge
 from engine.templates import load_template_file, render_chat
 from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
+from engine.vllm_backend.encoding import Encode, encoder
 from engine.vllm_backend.grammar_gate import GrammarGate, constraint_param
 from engine.vllm_backend.logprobs import convert_prompt_logprobs, prompt_token_texts
 from engine.vllm_backend.outputs import (
@@ -71,6 +72,7 @@ class VLLMEngine:
         self._turn_end_texts: tuple[str, ...] = ()
         self._tool_parser = "hermes"
         self._grammar_gate: GrammarGate | None = None
+        self._encode: Encode = encoder(None)
 
     @property
     def model(self) -> ModelInfo:
@@ -85,6 +87,7 @@ class VLLMEngine:
         self._build = asyncio.ensure_future(asyncio.to_thread(build_async_llm, self._config))
         llm = await asyncio.shield(self._build)
         self._tokenizer = llm.get_tokenizer()
+        self._encode = encoder(self._tokenizer)
         self._special_tokens = {
             "bos_token": self._tokenizer.bos_token or "",
             "eos_token": self._tokenizer.eos_token or "",
@@ -216,9 +219,9 @@ class VLLMEngine:
                 template_kwargs=kwargs,
             )
             # The template already wrote the special tokens (unless asked for them too).
-            return self._tokenizer.encode(text, add_special_tokens=bool(request.add_special_tokens))
+            return self._encode(text, bool(request.add_special_tokens))
         add_special = request.add_special_tokens is not False
-        return self._tokenizer.encode(request.prompt or "", add_special_tokens=add_special)
+        return self._encode(request.prompt or "", add_special)
 
     def tokenize(
         self,
@@ -236,8 +239,8 @@ class VLLMEngine:
                 add_generation_prompt=add_generation_prompt,
                 special_tokens=self._special_tokens,
             )
-            return self._tokenizer.encode(text, add_special_tokens=False)
-        return self._tokenizer.encode(prompt or "", add_special_tokens=add_special_tokens)
+            return self._encode(text, False)
+        return self._encode(prompt or "", add_special_tokens)
 
     def detokenize(self, token_ids: list[int]) -> str:
         require_ready(self)
