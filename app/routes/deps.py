@@ -15,16 +15,18 @@ from prometheus_client import CollectorRegistry
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.messages import MessagesService
+from app.tenancy.service import Tenancy
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
 from engine.warm.pool import ModelPool
 
 _app_wide = Dependency(skip_validation=True)
 
-EngineDep = Annotated[ModelHost, _app_wide]  # parameter `engine`: every model at once
+HostDep = Annotated[ModelHost, _app_wide]  # parameter `host`: every model at once (PoolHost)
 ModelsDep = Annotated[ModelPool, _app_wide]  # parameter `models`: each served model
 AdmissionDep = Annotated[AdmissionController, _app_wide]  # parameter `admission`
 ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
 CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completions`
 MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
+TenancyDep = Annotated[Tenancy, _app_wide]  # parameter `tenancy`: keys, limits, usage

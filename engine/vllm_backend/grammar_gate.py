@@ -34,8 +34,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from engine.admission.policy import AdmissionRejected
-from engine.errors import EngineRequestError
+from engine.errors import AdmissionRejected, EngineRequestError
 
 log = logging.getLogger("lilac.engine")
 

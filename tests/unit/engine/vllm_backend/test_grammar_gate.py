@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from engine.admission.policy import AdmissionRejected
 from engine.checkpoint import default_model_dir
-from engine.errors import EngineRequestError
+from engine.errors import AdmissionRejected, EngineRequestError
 from engine.vllm_backend import grammar_gate
 from engine.vllm_backend.grammar_gate import GrammarGate, grammar_spec
 
