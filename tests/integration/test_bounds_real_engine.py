@@ -100,7 +100,7 @@ async def test_the_largest_response_format_answers_within_the_compile_deadline(
     assert again.status_code == 400 and again.json()["error"]["code"] == "grammar_too_complex"
     again_s = time.perf_counter() - started
     print(f"node-bound response_format: 400 after {took:.2f} s, again after {again_s:.2f} s")
-    assert real_client.app.state.engine.unfinished_requests() == 0
+    assert provided(real_client.app, "host").unfinished_requests() == 0
 
 
 async def test_over_the_bounds_is_a_400_through_the_real_engine(real_client: AppClient) -> None:
