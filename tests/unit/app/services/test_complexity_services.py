@@ -26,7 +26,7 @@ from app.services.image_decoding import ImageRef, decode_data_uri, decode_image,
 from app.services.sampling import sampling_options
 from engine.errors import EngineRequestError
 from engine.schema_bounds import forget_valid_schemas
-from tests.corpus import adversarial as corpus
+from perf.harness import corpus
 from tests.corpus.growth import assert_linear, swallow
 
 REFUSED = (InvalidRequest, EngineRequestError, msgspec.ValidationError)
