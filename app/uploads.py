@@ -145,7 +145,9 @@ async def read_upload(request: Request[Any, Any, Any], limits: FileLimits) -> Up
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > body_limit:
         raise _too_large(limits)  # before reading a byte of it
-    upload = Upload(spool=tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES))
+    # Closed by the caller (`Upload.close`), or below if reading fails.
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115
+    upload = Upload(spool=spool)
     try:
         await _parse(request, upload, boundary, limits, body_limit)
     except BaseException:

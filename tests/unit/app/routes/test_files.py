@@ -166,7 +166,7 @@ BAD_FILES = [
         "no body",
         jsonl({"custom_id": "a", "method": "POST", "url": "/v1/completions"}),
         "line 1 (custom_id 'a'): body is missing",
-    ),  # fmt: skip
+    ),
     ("body not an object", jsonl(line("a", body=[1])), "line 1 (custom_id 'a'): body must be"),
     ("no model", jsonl(line("a", body={"prompt": "x"})), "line 1 (custom_id 'a'): body.model"),
     (
