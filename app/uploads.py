@@ -84,7 +84,7 @@ def _too_large(limits: FileLimits) -> PayloadTooLarge:
     )
 
 
-class _Reader:
+class FormReader:
     """The parser's events, applied to an `Upload`."""
 
     def __init__(self, upload: Upload, limits: FileLimits) -> None:
@@ -92,6 +92,16 @@ class _Reader:
         self.limits = limits
         self.part: str | None = None  # "file", "purpose", or None: a part ignored
         self.field = bytearray()
+
+    def feed(self, parser: PushMultipartParser, chunk: bytes) -> None:
+        """Parse `chunk` (b"" ends the body) and apply what it completes."""
+        for event in parser.parse(chunk):
+            if isinstance(event, MultipartSegment):
+                self.begin(event)
+            elif event is None:
+                self.end()
+            else:
+                self.data(bytes(event))
 
     def begin(self, segment: MultipartSegment) -> None:
         if segment.name == "file":
@@ -163,7 +173,7 @@ async def _parse(
     limits: FileLimits,
     body_limit: int,
 ) -> None:
-    reader = _Reader(upload, limits)
+    reader = FormReader(upload, limits)
     received = 0
     try:
         parser = PushMultipartParser(boundary, max_segment_count=MAX_PARTS)
@@ -171,13 +181,7 @@ async def _parse(
             received += len(chunk)
             if received > body_limit:
                 raise _too_large(limits)
-            for event in parser.parse(chunk):
-                if isinstance(event, MultipartSegment):
-                    reader.begin(event)
-                elif event is None:
-                    reader.end()
-                else:
-                    reader.data(bytes(event))
+            reader.feed(parser, chunk)
         parser.close()
     except MultipartError as exc:
         raise InvalidRequest(
