@@ -248,3 +248,67 @@ async def test_without_a_key_a_request_needs_one(database: AsyncEngine, tmp_path
     async with files_app(database, tmp_path) as (http, _):
         response = await http.get("/v1/files")
         assert response.status_code == 401
+
+
+class StreamedUpload:
+    """An upload sent straight through the app's ASGI interface in 64 KiB pieces, as a
+    client that keeps sending would: how many pieces the app took before answering."""
+
+    PIECE = b"x" * 65536
+
+    def __init__(self, pieces: int) -> None:
+        self.pieces = pieces
+        self.taken = 0
+        self.status: int | None = None
+        self.body = b""
+
+    async def receive(self) -> dict[str, Any]:
+        if self.taken == 0:
+            head = b'--b\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\n'
+            self.taken += 1
+            return {"type": "http.request", "body": head, "more_body": True}
+        self.taken += 1
+        more = self.taken < self.pieces
+        return {"type": "http.request", "body": self.PIECE, "more_body": more}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif message["type"] == "http.response.body":
+            self.body += message.get("body", b"")
+
+    async def run(self, app: Any, headers: list[tuple[bytes, bytes]]) -> None:
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": "/v1/files", "raw_path": b"/v1/files",
+            "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+            "headers": [(b"content-type", b"multipart/form-data; boundary=b"), *headers],
+        }  # fmt: skip
+        await app(scope, self.receive, self.send)
+
+
+async def test_an_upload_over_the_byte_bound_is_refused_as_it_streams(tmp_path: Path) -> None:
+    """A 64 MB body to a server that takes 4 KiB files: the 413 comes after the first
+    pieces, the rest is never read (nor buffered); with a Content-Length that says so,
+    before any."""
+    app = create_app(
+        Settings(data_dir=str(tmp_path), max_file_bytes=MAX_BYTES), engine=ScriptedEngine()
+    )
+    streamed = StreamedUpload(pieces=1000)
+    await streamed.run(app, [])
+    assert streamed.status == 413 and streamed.taken <= 2
+    assert json.loads(streamed.body)["error"]["code"] == "file_too_large"
+
+    declared = StreamedUpload(pieces=1000)
+    await declared.run(app, [(b"content-length", str(1000 * 65536).encode())])
+    assert declared.status == 413 and declared.taken == 0
+
+    bigger = create_app(
+        Settings(data_dir=str(tmp_path), max_file_bytes=20_000_000), engine=ScriptedEngine()
+    )
+    allowed = StreamedUpload(pieces=200)  # 13 MB: over Litestar's 10 MB default
+    await allowed.run(bigger, [])
+    assert allowed.taken == 200
+    assert allowed.status == 400  # read whole, then refused: the form never closed
+    assert json.loads(allowed.body)["error"]["code"] == "invalid_multipart"
