@@ -312,3 +312,28 @@ async def test_an_upload_over_the_byte_bound_is_refused_as_it_streams(tmp_path: 
     assert allowed.taken == 200
     assert allowed.status == 400  # read whole, then refused: the form never closed
     assert json.loads(allowed.body)["error"]["code"] == "invalid_multipart"
+
+
+class LeavingUpload(StreamedUpload):
+    """A client that leaves after sending `pieces` pieces."""
+
+    async def receive(self) -> dict[str, Any]:
+        if self.taken >= self.pieces:
+            return {"type": "http.disconnect"}
+        message = await super().receive()
+        return {**message, "more_body": True}
+
+
+async def test_a_client_that_leaves_mid_upload_stores_nothing(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=str(tmp_path)), engine=ScriptedEngine())
+    leaving = LeavingUpload(pieces=3)
+    await leaving.run(app, [])
+    assert leaving.status == 499  # logged as the client's leaving, not a 500
+    async with AppClient(app, timeout=10) as http:  # without keys: the anonymous owner's
+        assert (await http.get("/v1/files")).json()["data"] == []
+        made = await http.post(
+            "/v1/files", files={"file": ("a.jsonl", GOOD)}, data={"purpose": "batch"}
+        )
+        assert made.status_code == 200, made.text
+        listed = (await http.get("/v1/files")).json()["data"]
+        assert [f["id"] for f in listed] == [made.json()["id"]]
