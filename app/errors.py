@@ -166,6 +166,16 @@ class FileNotFound(APIError):
         super().__init__(f"No such File object: {shown}", param=param, code="file_not_found")
 
 
+class StorageUnavailable(ServiceUnavailable):
+    """The database that holds files cannot be reached or opened."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The file store's database is unavailable; try again shortly.",
+            code="database_unavailable",
+        )
+
+
 class PayloadTooLarge(APIError):
     """A body over its bound, refused while it streams in (what came is dropped)."""
 

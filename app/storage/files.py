@@ -14,6 +14,8 @@ read names its owner: another owner's file is `FileNotFound`, as an unknown one 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
@@ -21,14 +23,18 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Row
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.errors import FileNotFound
+from app.errors import FileNotFound, StorageUnavailable
 from app.storage.database import TenantDatabase
 from app.storage.lines import LineCounter, LineSplitter
+from app.tenancy.db import DatabaseError
 from app.tenancy.schema import FILENAME_CHARS, file_chunks, files
 
 __all__ = ["CHUNK_BYTES", "FileNotFound", "FileObject", "FileStore", "new_file_id"]
+
+log = logging.getLogger("lilac.files")
 
 CHUNK_BYTES = 1024 * 1024
 # An `uploading` file older than this was cut by a crash: the next write removes it.
@@ -128,12 +134,11 @@ class FileStore:
     ) -> FileObject:
         """A file whose content is `chunks` joined (of any sizes: they are regrouped
         into chunks of `chunk_bytes`)."""
-        engine = await self.database.engine()
         now = self._clock()
-        await self._remove_stale(engine, now)
+        await self._remove_stale(now)
         file_id = new_file_id()
         name = filename[:FILENAME_CHARS]
-        async with engine.begin() as conn:
+        async with self._connection(write=True) as conn:
             result = await conn.execute(
                 insert(files).values(
                     id=file_id,
@@ -152,8 +157,8 @@ class FileStore:
             assert inserted is not None  # an insert of one row has its key
             pk = int(inserted[0])
         try:
-            size, counted, chunk_count = await self._write_chunks(engine, pk, chunks)
-            async with engine.begin() as conn:
+            size, counted, chunk_count = await self._write_chunks(pk, chunks)
+            async with self._connection(write=True) as conn:
                 await conn.execute(
                     update(files)
                     .where(files.c.pk == pk)
@@ -165,7 +170,7 @@ class FileStore:
                     )
                 )
         except BaseException:
-            await self._remove(engine, pk)
+            await self._remove(pk)
             raise
         return FileObject(
             id=file_id,
@@ -176,9 +181,7 @@ class FileStore:
             line_count=counted if line_count is None else line_count,
         )
 
-    async def _write_chunks(
-        self, engine: AsyncEngine, pk: int, chunks: AsyncIterable[bytes]
-    ) -> tuple[int, int, int]:
+    async def _write_chunks(self, pk: int, chunks: AsyncIterable[bytes]) -> tuple[int, int, int]:
         """Write `chunks` regrouped; (bytes, non-blank lines, chunks written). Each byte
         is copied once into the chunk being filled, whatever the sizes handed in."""
         counter = LineCounter()
@@ -192,19 +195,30 @@ class FileStore:
                 take = self.chunk_bytes - len(filling)
                 filling += view[offset : offset + take]
                 offset += take
-                await self._write_chunk(engine, pk, seq, bytes(filling))
+                await self._write_chunk(pk, seq, bytes(filling))
                 seq += 1
                 filling = bytearray()
             filling += view[offset:]
         if filling:
-            await self._write_chunk(engine, pk, seq, bytes(filling))
+            await self._write_chunk(pk, seq, bytes(filling))
             seq += 1
         return size, counter.finish(), seq
 
-    @staticmethod
-    async def _write_chunk(engine: AsyncEngine, pk: int, seq: int, data: bytes) -> None:
-        async with engine.begin() as conn:
+    async def _write_chunk(self, pk: int, seq: int, data: bytes) -> None:
+        async with self._connection(write=True) as conn:
             await conn.execute(insert(file_chunks).values(file_pk=pk, seq=seq, data=data))
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, *, write: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A connection (`write`: in a transaction, committed at the end); a database
+        that cannot be reached or opened is `StorageUnavailable` (503), not a 500."""
+        try:
+            engine = await self.database.engine()
+            async with engine.begin() if write else engine.connect() as conn:
+                yield conn
+        except (SQLAlchemyError, OSError, DatabaseError) as exc:
+            log.warning("file store: the database is unavailable: %s", exc)
+            raise StorageUnavailable() from exc
 
     async def get(self, owner: str, file_id: str) -> FileObject:
         """The file, if `owner`'s and whole; else `FileNotFound`."""
@@ -212,8 +226,7 @@ class FileStore:
         return _object(row)
 
     async def _row(self, owner: str, file_id: str) -> Row[tuple[object, ...]]:
-        engine = await self.database.engine()
-        async with engine.connect() as conn:
+        async with self._connection() as conn:
             row = (
                 await conn.execute(
                     select(files).where(
@@ -229,10 +242,9 @@ class FileStore:
         """The raw content, a stored chunk at a time (each read on its own, so a large
         file is never whole in memory nor a long read transaction)."""
         row = await self._row(owner, file_id)
-        engine = await self.database.engine()
         pk, count = row._mapping["pk"], int(row._mapping["chunks"])
         for seq in range(count):
-            async with engine.connect() as conn:
+            async with self._connection() as conn:
                 data = (
                     await conn.execute(
                         select(file_chunks.c.data).where(
@@ -261,12 +273,11 @@ class FileStore:
         """`owner`'s files, newest first (`order` "desc") or oldest first ("asc"), after
         the file `after` in that order (`FileNotFound` with param `after` for an id
         that is not the owner's), at most `limit`."""
-        engine = await self.database.engine()
         conditions = [files.c.owner == owner, files.c.status == PROCESSED]
         if purpose is not None:
             conditions.append(files.c.purpose == purpose)
         descending = order != "asc"
-        async with engine.connect() as conn:
+        async with self._connection() as conn:
             if after is not None:
                 cursor = (
                     await conn.execute(
@@ -288,17 +299,16 @@ class FileStore:
     async def delete(self, owner: str, file_id: str) -> None:
         """Remove `owner`'s file and its content; `FileNotFound` if there is none."""
         row = await self._row(owner, file_id)
-        await self._remove(await self.database.engine(), row._mapping["pk"])
+        await self._remove(row._mapping["pk"])
 
-    @staticmethod
-    async def _remove(engine: AsyncEngine, pk: int) -> None:
-        async with engine.begin() as conn:
+    async def _remove(self, pk: int) -> None:
+        async with self._connection(write=True) as conn:
             await conn.execute(delete(file_chunks).where(file_chunks.c.file_pk == pk))
             await conn.execute(delete(files).where(files.c.pk == pk))
 
-    async def _remove_stale(self, engine: AsyncEngine, now: float) -> None:
+    async def _remove_stale(self, now: float) -> None:
         """Remove files a crash left `uploading` for longer than `STALE_UPLOAD_S`."""
-        async with engine.connect() as conn:
+        async with self._connection() as conn:
             stale = (
                 await conn.execute(
                     select(files.c.pk).where(
@@ -308,4 +318,4 @@ class FileStore:
             ).scalars()
             pks = list(stale)
         for pk in pks:
-            await self._remove(engine, pk)
+            await self._remove(pk)

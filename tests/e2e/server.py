@@ -125,6 +125,9 @@ def start_server(
         "2",
         "--resume-after",
         "1",
+        # What the server stores (files, usage) stays in the test's folder, not the user's.
+        "--data-dir",
+        str(workdir / "data"),
         *extra_args,
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **(extra_env or {})}

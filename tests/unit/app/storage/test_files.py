@@ -11,10 +11,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import FileNotFound
+from app.errors import FileNotFound, StorageUnavailable
 from app.storage.database import TenantDatabase
 from app.storage.files import STALE_UPLOAD_S, FileStore
 from app.tenancy.schema import file_chunks, files
+from tests.postgres import TempPostgres
 
 CHUNK = 64  # small chunks: a few hundred bytes span several rows
 
@@ -153,3 +154,23 @@ async def test_an_upload_cut_by_a_crash_is_invisible_then_removed(database: Asyn
     now[0] += STALE_UPLOAD_S + 1
     await store.create("alice", "batch", "next.jsonl", b"{}\n")
     assert await count_rows(database) == (1, 1)
+
+
+@pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+async def test_a_database_outage_is_a_503_and_the_store_recovers(
+    database: AsyncEngine, pg_server: TempPostgres
+) -> None:
+    store = store_on(database)
+    made = await store.create("alice", "batch", "a.jsonl", CONTENT)
+    pg_server.halt()
+    try:
+        for attempt in range(2):  # the pool's broken connection, then a refused connect
+            with pytest.raises(StorageUnavailable) as down:
+                await store.get("alice", made.id)
+            assert (down.value.status_code, down.value.code) == (503, "database_unavailable")
+            assert down.value.retry_after is not None, attempt
+        with pytest.raises(StorageUnavailable):
+            await store.create("alice", "batch", "b.jsonl", CONTENT)
+    finally:
+        pg_server.resume()
+    assert b"".join(await collect(store.content("alice", made.id))) == CONTENT
