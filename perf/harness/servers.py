@@ -261,6 +261,8 @@ def start_lilac(
         *("--max-model-len", "2048", "--cpu-kvcache-space-gib", "1"),
         *("--gpu-probe", f"scripted:{timeline}", "--probe-interval", "0.2"),
         *("--grace-period", "2", "--resume-after", "1"),
+        # What the server stores (files, usage) stays in the run's folder, not the user's.
+        *("--data-dir", str(workdir / "data")),
         *extra_args,
     )
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **(extra_env or {})}

@@ -24,6 +24,8 @@ from perf.harness.servers import LILAC, Server, free_port, lilac_argv
 
 STARTUP_TIMEOUT_S = 600  # a loaded CI box: the engine alone took minutes
 HI = [{"role": "user", "content": "Say hi."}]
+MAX_FILE_BYTES = 1_000_000
+MAX_FILE_LINES = 100
 
 
 class TenantServer:
@@ -58,6 +60,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantServer]:
     argv = lilac_argv(
         port, "--auth", "keys", "--data-dir", str(data),
         "--max-model-len", "2048", "--cpu-kvcache-space-gib", "1",
+        "--max-file-bytes", str(MAX_FILE_BYTES), "--max-file-lines", str(MAX_FILE_LINES),
     )  # fmt: skip
     server = Server(argv, data / "server.log", port=port, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     server.wait_healthy(STARTUP_TIMEOUT_S)
@@ -105,6 +108,63 @@ def test_a_tenants_life(tenants: TenantServer) -> None:
     time.sleep(1.1)
     with pytest.raises(openai.AuthenticationError):
         client.chat.completions.create(model=DEFAULT_MODEL_NAME, messages=HI, max_tokens=1)
+
+
+def _batch_line(custom_id: str, **changes: Any) -> str:
+    body = {"model": DEFAULT_MODEL_NAME, "messages": HI, "max_tokens": 4}
+    line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+    return json.dumps({**line, **changes}) + "\n"
+
+
+def test_files_of_two_tenants(tenants: TenantServer, tmp_path: Path) -> None:
+    """The openai client's Files API against the real server: one key's upload, listed,
+    retrieved and read back byte for byte; another key sees none of it and cannot delete
+    it; a key limited to another model, a bad line, and uploads over the line and byte
+    bounds are refused with their 400 or 413, and nothing of them is stored."""
+    alice = tenants.client(tenants.cli("keys", "create", "--name", "files-a", "--rpm", "none"))
+    bob = tenants.client(tenants.cli("keys", "create", "--name", "files-b", "--rpm", "none"))
+    narrow = tenants.client(
+        tenants.cli("keys", "create", "--name", "files-c", "--models", "other-model")
+    )
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(_batch_line(f"req-{i}") for i in range(3)))
+    with path.open("rb") as upload:
+        made = alice.files.create(file=upload, purpose="batch")
+    assert (made.filename, made.bytes, made.purpose) == (
+        "requests.jsonl",
+        path.stat().st_size,
+        "batch",
+    )
+    assert alice.files.retrieve(made.id).id == made.id
+    assert [f.id for f in alice.files.list()] == [made.id]
+    assert alice.files.content(made.id).read() == path.read_bytes()
+
+    for attempt in (bob.files.retrieve, bob.files.content, bob.files.delete):
+        with pytest.raises(openai.NotFoundError):
+            attempt(made.id)
+    assert list(bob.files.list()) == []
+    with pytest.raises(openai.BadRequestError) as foreign:
+        narrow.files.create(file=path.open("rb"), purpose="batch")
+    assert "line 1 (custom_id 'req-0')" in foreign.value.message
+    assert f"the model '{DEFAULT_MODEL_NAME}' does not exist" in foreign.value.message
+
+    bad = _batch_line("a") + _batch_line("b", url="/v1/embeddings")
+    with pytest.raises(openai.BadRequestError) as unserved:
+        bob.files.create(file=("bad.jsonl", bad.encode()), purpose="batch")
+    assert "- line 2 (custom_id 'b'): url '/v1/embeddings' is not" in unserved.value.message
+    many = "".join(_batch_line(f"r{i}") for i in range(MAX_FILE_LINES + 1))
+    with pytest.raises(openai.BadRequestError) as too_many:
+        bob.files.create(file=("many.jsonl", many.encode()), purpose="batch")
+    assert too_many.value.code == "too_many_lines"
+    huge = ("x" * 999 + "\n") * 2000  # 2 MB: refused once the first MB is in
+    with pytest.raises(openai.APIStatusError) as too_big:
+        bob.files.create(file=("huge.jsonl", huge.encode()), purpose="batch")
+    assert too_big.value.status_code == 413
+    assert list(bob.files.list()) == []
+
+    alice.files.delete(made.id)
+    with pytest.raises(openai.NotFoundError):
+        alice.files.retrieve(made.id)
 
 
 def _load(client: openai.OpenAI, seen: list[tuple[str, int, int]], stop: threading.Event) -> None:
