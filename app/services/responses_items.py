@@ -19,14 +19,13 @@ stored chain (`previous_response_id`): every stored input and output item, in or
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, invalid_request_from_decode_error
 from app.schemas.chat import (
     AssistantMessage,
     DeveloperMessage,
@@ -59,7 +58,6 @@ _ITEM_TYPES: dict[str, type[InputItem]] = {
     "function_call_output": FunctionCallOutputItem,
     "reasoning": ReasoningItem,
 }
-_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 
 # Opens a sealed reasoning blob: (blob, param) -> text, or a 400.
 Opener = Callable[[str, str], str]
@@ -100,11 +98,11 @@ def _decode_item(item: dict[str, Any], param: str) -> InputItem:
 
 
 def invalid_at(exc: msgspec.ValidationError, param: str) -> InvalidRequest:
-    text = str(exc)
-    match = _PATH.search(text)
-    if match is None:
-        return InvalidRequest(text, param=param)
-    return InvalidRequest(text[: match.start()], param=param + match.group("path"))
+    """msgspec's error of a part of the request, naming its place under `param`."""
+    error = invalid_request_from_decode_error(exc)
+    inner = error.param or ""
+    error.param = param + (inner if inner.startswith("[") or not inner else f".{inner}")
+    return error
 
 
 # ---------------------------------------------------------------- items -> messages

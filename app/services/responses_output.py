@@ -126,6 +126,7 @@ class ResponsesGeneration(Generation[ChoiceState]):
         self._seq = 0
         self._started = False
         self.final: Response | None = None
+        self._tail: list[Any] = []
 
     # ------------------------------------------------------------ the Response object
 
@@ -166,7 +167,8 @@ class ResponsesGeneration(Generation[ChoiceState]):
         """The finished Response (built once: the stream's last event and what is stored
         are the same object)."""
         if self.final is None:
-            self._close()
+            # The stream's events before the last: the items still open are closed.
+            self._tail = self._start_events() + self._close()
             incomplete = self._finish == "length"
             response = self.response(
                 "incomplete" if incomplete else "completed", list(self.items), self.usage()
@@ -211,8 +213,8 @@ class ResponsesGeneration(Generation[ChoiceState]):
         return [event_frame(event) for event in events]
 
     def closing_frames(self) -> list[bytes]:
-        events = self._start_events() + self._close()
         final = self.finish()
+        events = self._tail
         kind = ResponseIncomplete if final.status == "incomplete" else ResponseCompleted
         events.append(kind(final, self._next()))
         return [event_frame(event) for event in events]
