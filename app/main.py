@@ -39,8 +39,8 @@ from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.health import health, liveness, metrics
 from app.routes.messages import count_message_tokens, create_message
-from app.routes.responses import create_response
 from app.routes.models import list_models, retrieve_model
+from app.routes.responses import create_response
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
 from app.services.chat import ChatService
@@ -208,9 +208,7 @@ def create_app(
         "chat": ChatService(models, admission, images),
         "completions": CompletionService(models, admission),
         "messages": MessagesService(models, admission, images),
-        "responses": ResponsesService(
-            models, admission, images, ReasoningSeal(settings.data_dir)
-        ),
+        "responses": ResponsesService(models, admission, images, ReasoningSeal(settings.data_dir)),
         "registry": server_metrics.registry,
         "tenant_data": tenant_data,
     }

@@ -28,9 +28,7 @@ NOT_SERVED_HEADER = "X-Tools-Not-Served"
 
 
 @post("/v1/responses", status_code=200)
-async def create_response(
-    request: Request, responses: ResponsesDep
-) -> Response[bytes] | Stream:
+async def create_response(request: Request, responses: ResponsesDep) -> Response[bytes] | Stream:
     body = await read_json(request, responses_request_decoder)
     owner = owner_of(request_key(request))
     store = request.app.state.get("response_store")

@@ -125,33 +125,34 @@ class _Turns:
             turn = self._turn()
             turn.tool_calls = [*(turn.tool_calls or ()), call]
         elif isinstance(item, FunctionCallOutputItem):
-            text = _text_of(item.output, f"{param}.output", images=False)
+            text = _text_of(item.output, f"{param}.output")
             self._close()
             self.messages.append(ToolMessage(content=text, tool_call_id=item.call_id))
         else:
             assert isinstance(item, ReasoningItem)
             text = self._reasoning(item, param)
-            turn = self.assistant
-            if turn is None or turn.content or turn.tool_calls:
-                turn = self._turn(new=True)
+            # Reasoning comes first in a turn: after text or calls, it opens the next.
+            current = self.assistant
+            fresh = current is not None and not (current.content or current.tool_calls)
+            turn = current if fresh and current is not None else self._turn(new=True)
             turn.reasoning = (turn.reasoning or "") + text
 
     def _message(self, item: MessageItem, param: str) -> None:
         param = f"{param}.content"
         if item.role == "assistant":
-            text = _text_of(item.content, param, images=False)
-            turn = self.assistant
-            if turn is None or turn.tool_calls:
-                turn = self._turn(new=True)
+            text = _text_of(item.content, param)
+            # Text after the turn's calls is the next turn's.
+            current = self.assistant
+            turn = current if current is not None and not current.tool_calls else self._turn(True)
             turn.content = (turn.content or "") + text  # type: ignore[operator]  # str
             return
         self._close()
         if item.role == "user":
             self.messages.append(UserMessage(content=_user_content(item.content, param)))
         elif item.role == "system":
-            self.messages.append(SystemMessage(content=_text_of(item.content, param, False)))
+            self.messages.append(SystemMessage(content=_text_of(item.content, param)))
         else:
-            self.messages.append(DeveloperMessage(content=_text_of(item.content, param, False)))
+            self.messages.append(DeveloperMessage(content=_text_of(item.content, param)))
 
     def _reasoning(self, item: ReasoningItem, param: str) -> str:
         if item.encrypted_content is not None:
@@ -197,7 +198,7 @@ def _parts(content: str | list[InputPart]) -> list[InputPart]:
     return [InputText(content)] if isinstance(content, str) else content
 
 
-def _text_of(content: str | list[InputPart], param: str, images: bool) -> str:
+def _text_of(content: str | list[InputPart], param: str) -> str:
     if isinstance(content, str):
         return content
     texts = []
@@ -214,9 +215,7 @@ def _text_of(content: str | list[InputPart], param: str, images: bool) -> str:
 def _refuse_part(part: InputPart, param: str) -> None:
     if isinstance(part, InputFile):
         raise InvalidRequest("`input_file` parts are not served here.", param=f"{param}.type")
-    raise InvalidRequest(
-        "Images are served in user messages only.", param=f"{param}.type"
-    )
+    raise InvalidRequest("Images are served in user messages only.", param=f"{param}.type")
 
 
 def _user_content(content: str | list[InputPart], param: str) -> str | list[TextPart | ImagePart]:
@@ -229,8 +228,11 @@ def _user_content(content: str | list[InputPart], param: str) -> str | list[Text
         elif isinstance(part, RefusalPart):
             parts.append(TextPart(part.refusal))
         elif isinstance(part, InputImage):
-            parts.append(ImagePart(ImageURL(url=_image_url(part, f"{param}[{index}]"),
-                                            detail=_detail(part.detail))))
+            parts.append(
+                ImagePart(
+                    ImageURL(url=_image_url(part, f"{param}[{index}]"), detail=_detail(part.detail))
+                )
+            )
         else:
             _refuse_part(part, f"{param}[{index}]")
     if all(isinstance(part, TextPart) for part in parts):

@@ -76,9 +76,7 @@ def response_usage(usage: Usage) -> ResponseUsage:
         input_tokens=usage.prompt_tokens,
         input_tokens_details=InputTokensDetails(usage.prompt_tokens_details.cached_tokens),
         output_tokens=usage.completion_tokens,
-        output_tokens_details=OutputTokensDetails(
-            usage.completion_tokens_details.reasoning_tokens
-        ),
+        output_tokens_details=OutputTokensDetails(usage.completion_tokens_details.reasoning_tokens),
         total_tokens=usage.total_tokens,
     )
 
@@ -255,7 +253,9 @@ class ResponsesGeneration(Generation[ChoiceState]):
             self._finish = delta.finish_reason
         return events
 
-    def _grow(self, kind: str, text: str, logprobs: list[protocol.TokenLogprob] | None) -> list[Any]:
+    def _grow(
+        self, kind: str, text: str, logprobs: list[protocol.TokenLogprob] | None
+    ) -> list[Any]:
         events: list[Any] = []
         item = self._open
         if item is None or item.kind != kind:
@@ -292,11 +292,17 @@ class ResponsesGeneration(Generation[ChoiceState]):
         return self._open
 
     def _added(self, item: _Open) -> list[Any]:
-        events: list[Any] = [OutputItemAdded(item.index, self._item(item, "in_progress"), self._next())]
+        events: list[Any] = [
+            OutputItemAdded(item.index, self._item(item, "in_progress"), self._next())
+        ]
         if item.kind == "message":
-            events.append(ContentPartAdded(item.id, item.index, 0, OutputText(text=""), self._next()))
+            events.append(
+                ContentPartAdded(item.id, item.index, 0, OutputText(text=""), self._next())
+            )
         elif item.kind == "reasoning":
-            events.append(ContentPartAdded(item.id, item.index, 0, ReasoningTextOut(""), self._next()))
+            events.append(
+                ContentPartAdded(item.id, item.index, 0, ReasoningTextOut(""), self._next())
+            )
         return events
 
     def _close(self) -> list[Any]:
@@ -305,18 +311,24 @@ class ResponsesGeneration(Generation[ChoiceState]):
             return []
         self._open = None
         text = "".join(item.parts)
-        status = "incomplete" if self._finish == "length" and item.kind == "message" else "completed"
+        status = (
+            "incomplete" if self._finish == "length" and item.kind == "message" else "completed"
+        )
         done = self._item(item, status)
         self.items.append(done)
         events: list[Any] = []
         if item.kind == "message":
             assert isinstance(done, OutputMessage)
             part = done.content[0]
-            events.append(OutputTextDone(item.id, item.index, 0, text, part.logprobs or [], self._next()))
+            events.append(
+                OutputTextDone(item.id, item.index, 0, text, part.logprobs or [], self._next())
+            )
             events.append(ContentPartDone(item.id, item.index, 0, part, self._next()))
         elif item.kind == "reasoning":
             events.append(ReasoningTextDone(item.id, item.index, 0, text, self._next()))
-            events.append(ContentPartDone(item.id, item.index, 0, ReasoningTextOut(text), self._next()))
+            events.append(
+                ContentPartDone(item.id, item.index, 0, ReasoningTextOut(text), self._next())
+            )
         else:
             events.append(ArgumentsDone(item.id, item.index, item.name, text, self._next()))
         events.append(OutputItemDone(item.index, done, self._next()))

@@ -26,11 +26,11 @@ from app.schemas.responses import (
 )
 from app.schemas.tools import (
     JsonObjectFormat,
-    NamedToolChoice,
-    ToolChoice,
     JsonSchemaFormat,
     JsonSchemaSpec,
+    NamedToolChoice,
     ResponseFormat,
+    ToolChoice,
 )
 from app.services.responses_items import Opener, chat_messages, decode_items, listed_item
 from app.services.responses_tools import ServedTools, served_tools, tool_choice

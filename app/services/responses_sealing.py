@@ -51,8 +51,7 @@ class ReasoningSeal:
     def open(self, owner: str, blob: str, param: str) -> str:
         """The text `seal(owner, ...)` sealed; a 400 naming `param` for anything else."""
         refused = InvalidRequest(
-            "`encrypted_content` was not produced by this server for this API key, or "
-            "was changed.",
+            "`encrypted_content` was not produced by this server for this API key, or was changed.",
             param=param,
             code="invalid_encrypted_content",
         )

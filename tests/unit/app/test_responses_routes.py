@@ -130,8 +130,16 @@ async def test_items_become_the_prompt() -> None:
     engine = StepEngine(THINK_THEN_ANSWER)
     items = [
         {"role": "developer", "content": "Be brief."},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
-        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Hm."}]},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Weather?"}],
+        },
+        {
+            "type": "reasoning",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Hm."}],
+        },
         {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "Sunny"},
         {
@@ -187,7 +195,13 @@ async def test_namespaced_functions() -> None:
     }
     history = [
         {"role": "user", "content": "find"},
-        {"type": "function_call", "call_id": "c0", "namespace": "crm", "name": "find", "arguments": "{}"},
+        {
+            "type": "function_call",
+            "call_id": "c0",
+            "namespace": "crm",
+            "name": "find",
+            "arguments": "{}",
+        },
         {"type": "function_call_output", "call_id": "c0", "output": "none"},
     ]
     out = (await post(engine, body(input=history, tools=[group], tool_choice="required"))).json()
@@ -286,7 +300,12 @@ async def test_encrypted_reasoning_round_trip(tmp_path: Path) -> None:
         assert "think" not in sealed
         follow = [
             {"role": "user", "content": "hi"},
-            {"type": "reasoning", "id": reasoning["id"], "summary": [], "encrypted_content": sealed},
+            {
+                "type": "reasoning",
+                "id": reasoning["id"],
+                "summary": [],
+                "encrypted_content": sealed,
+            },
             first.json()["output"][1],
             {"role": "user", "content": "again"},
         ]
@@ -311,14 +330,17 @@ async def test_another_servers_secret_cannot_open_a_blob(tmp_path: Path) -> None
     item = {"type": "reasoning", "summary": [], "encrypted_content": sealed}
     async with app_client(engine, Settings(data_dir=str(tmp_path / "b"))) as http:
         refused = await http.post(URL, json=body(input=[item, {"role": "user", "content": "x"}]))
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input[0].encrypted_content"
+    assert (
+        refused.status_code == 400
+        and refused.json()["error"]["param"] == "input[0].encrypted_content"
+    )
 
 
 # ---------------------------------------------------------------- streams
 
 
 async def test_stream_event_sequence() -> None:
-    engine = StepEngine(THINK_THEN_ANSWER + [])
+    engine = StepEngine(THINK_THEN_ANSWER)
     response = await post(engine, body(stream=True))
     assert response.headers["content-type"].startswith("text/event-stream")
     events = events_of(response)
@@ -413,16 +435,26 @@ async def test_the_sdk_streams_a_function_call() -> None:
         ({"input": [{"type": "message", "role": "user", "content": 5}]}, "input[0].content"),
         ({"input": [{"role": "critic", "content": "x"}]}, "input[0].role"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
-        ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
-         "input[0].content[0].type"),
-        ({"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "x"}]}]},
-         "input[0].content[0].type"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
-         "input[0].content[0].image_url"),
-        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]},
-         "input[0].call_id"),
-        ({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "junk"}]},
-         "input[0].encrypted_content"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0].image_url",
+        ),
+        (
+            {"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]},
+            "input[0].call_id",
+        ),
+        (
+            {"input": [{"type": "reasoning", "summary": [], "encrypted_content": "junk"}]},
+            "input[0].encrypted_content",
+        ),
         ({"input": []}, "input"),
         ({"tools": [{"name": "no type"}]}, "tools[0].type"),
         ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name"),
