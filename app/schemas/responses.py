@@ -1,11 +1,12 @@
 """Wire types of OpenAI's Responses API: the request of POST /v1/responses and its items.
 
-`input` items and `tools` are decoded in two steps: the body as JSON objects, then each
-item (or tool) by its `type` (app.services.responses_items). A message item may come
-without `type` (OpenAI's "easy" input message), and a tool may be one of OpenAI's hosted
-tools that are not served here: both rule out decoding them as one tagged union. Each
-step is linear in the bytes; a wrong type or an unknown item type is a 400 naming the
-item (`input[2].type`).
+`input` items and `tools` are decoded in two steps: the body with each item (or tool)
+left as its raw JSON, then each item by its `type` (app.services.responses_items). A
+message item may come without `type` (OpenAI's "easy" input message), and a tool may
+be one of OpenAI's hosted tools that are not served here: both rule out decoding them
+as one tagged union. Raw items are slices of the body, not objects the garbage
+collector walks, so each step is linear in the bytes; a wrong type or an unknown item
+type is a 400 naming the item (`input[2].type`).
 
 The response side (the Response object, output items, stream events) is
 app.schemas.responses_output.
@@ -121,6 +122,14 @@ class ItemReference(Struct, tag_field="type", tag="item_reference", kw_only=True
 
 InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
 
+
+class ItemKind(Struct):
+    """What decides how an item (or tool) decodes: its `type`, or a message's `role`."""
+
+    type: Any = None
+    role: Any = None
+
+
 # ---------------------------------------------------------------- tools and controls
 
 
@@ -182,9 +191,9 @@ class ReasoningConfig(Struct, kw_only=True):
 
 class ResponsesRequest(Struct, kw_only=True):
     model: str
-    input: str | Annotated[list[dict[str, Any]], Meta(max_length=100_000)] = ""
+    input: str | Annotated[list[msgspec.Raw], Meta(max_length=100_000)] = ""
     instructions: str | None = None
-    tools: Annotated[list[dict[str, Any]], Meta(max_length=256)] | None = None
+    tools: Annotated[list[msgspec.Raw], Meta(max_length=256)] | None = None
     # "none" | "auto" | "required" | an object naming a function, allowed tools or a
     # hosted tool (decoded in app.services.responses_tools).
     tool_choice: str | dict[str, Any] | None = None

@@ -120,7 +120,7 @@ class Response(Struct, kw_only=True):
     temperature: float | None = None
     text: dict[str, Any] = msgspec.field(default_factory=dict)
     tool_choice: Any = "auto"
-    tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    tools: list[Any] = msgspec.field(default_factory=list)  # the request's, as sent
     top_logprobs: int | None = None
     top_p: float | None = None
     truncation: str = "disabled"

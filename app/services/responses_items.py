@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -45,6 +46,7 @@ from app.schemas.responses import (
     InputItem,
     InputPart,
     InputText,
+    ItemKind,
     MessageItem,
     OutputTextPart,
     ReasoningItem,
@@ -58,41 +60,57 @@ _ITEM_TYPES: dict[str, type[InputItem]] = {
     "function_call_output": FunctionCallOutputItem,
     "reasoning": ReasoningItem,
 }
+_decoders = {kind: msgspec.json.Decoder(target) for kind, target in _ITEM_TYPES.items()}
+_kind = msgspec.json.Decoder(ItemKind)
+_raw_items = msgspec.json.Decoder(list[msgspec.Raw])
 
 # Opens a sealed reasoning blob: (blob, param) -> text, or a 400.
 Opener = Callable[[str, str], str]
 
 
-def decode_items(raw: str | list[dict[str, Any]], param: str = "input") -> list[InputItem]:
-    """`input` as typed items: a string is one user message."""
+def decode_items(raw: str | list[msgspec.Raw] | bytes, param: str = "input") -> list[InputItem]:
+    """`input` as typed items: a string is one user message; bytes are a JSON array of
+    items (as stored)."""
     if isinstance(raw, str):
         return [MessageItem(role="user", content=raw)]
-    return [_decode_item(item, f"{param}[{index}]") for index, item in enumerate(raw)]
+    if isinstance(raw, bytes):
+        raw = _raw_items.decode(raw)
+    return [decode_item(item, f"{param}[{index}]") for index, item in enumerate(raw)]
 
 
-def _decode_item(item: dict[str, Any], param: str) -> InputItem:
-    kind = item.get("type")
-    if kind is None and "role" in item:
+def kind_of(raw: msgspec.Raw, param: str) -> tuple[str | None, Any]:
+    """An item's (or tool's) `type` and `role`; a 400 unless it is a JSON object."""
+    try:
+        kind = _kind.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise invalid_at(exc, param) from None
+    if kind.type is not None and not isinstance(kind.type, str):
+        raise InvalidRequest("`type` must be a string.", param=f"{param}.type")
+    return kind.type, kind.role
+
+
+def decode_item(raw: msgspec.Raw, param: str) -> InputItem:
+    kind, role = kind_of(raw, param)
+    if kind is None and role is not None:
         kind = "message"
-    if not isinstance(kind, str):
-        raise InvalidRequest("An input item needs a string `type`.", param=f"{param}.type")
+    if kind is None:
+        raise InvalidRequest("An input item needs a `type`.", param=f"{param}.type")
     if kind == "item_reference":
         raise InvalidRequest(
             "`item_reference` items are not served; send the item itself, or continue a "
             "stored response with `previous_response_id`.",
             param=f"{param}.type",
         )
-    target = _ITEM_TYPES.get(kind)
-    if target is None:
+    decoder = _decoders.get(kind)
+    if decoder is None:
         raise InvalidRequest(
             f"Input items of type `{kind}` are not served here; served: "
             + ", ".join(f"`{name}`" for name in _ITEM_TYPES)
             + ".",
             param=f"{param}.type",
         )
-    fields = {k: v for k, v in item.items() if k != "type"}
     try:
-        return msgspec.convert(fields, target)
+        return decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise invalid_at(exc, param) from None
 
@@ -108,12 +126,29 @@ def invalid_at(exc: msgspec.ValidationError, param: str) -> InvalidRequest:
 # ---------------------------------------------------------------- items -> messages
 
 
+@dataclass(slots=True)
+class _Turn:
+    """An assistant turn being gathered: its pieces are joined once, when it closes
+    (joining as they come would copy the turn's text once per item)."""
+
+    reasoning: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def message(self) -> AssistantMessage:
+        return AssistantMessage(
+            content="".join(self.text) if self.text or not self.calls else None,
+            tool_calls=self.calls or None,
+            reasoning="".join(self.reasoning) if self.reasoning else None,
+        )
+
+
 class _Turns:
-    """Builds the chat messages; `assistant` is the assistant turn still open."""
+    """Builds the chat messages; `turn` is the assistant turn still open."""
 
     def __init__(self, open_sealed: Opener) -> None:
         self.messages: list[Message] = []
-        self.assistant: AssistantMessage | None = None
+        self.turn: _Turn | None = None
         self._open = open_sealed
 
     def add(self, item: InputItem, param: str) -> None:
@@ -122,8 +157,7 @@ class _Turns:
         elif isinstance(item, FunctionCallItem):
             name = f"{item.namespace}.{item.name}" if item.namespace else item.name
             call = ToolCall(id=item.call_id, function=FunctionCall(name, item.arguments))
-            turn = self._turn()
-            turn.tool_calls = [*(turn.tool_calls or ()), call]
+            self._turn(lambda turn: False).calls.append(call)
         elif isinstance(item, FunctionCallOutputItem):
             text = _text_of(item.output, f"{param}.output")
             self._close()
@@ -132,19 +166,14 @@ class _Turns:
             assert isinstance(item, ReasoningItem)
             text = self._reasoning(item, param)
             # Reasoning comes first in a turn: after text or calls, it opens the next.
-            current = self.assistant
-            fresh = current is not None and not (current.content or current.tool_calls)
-            turn = current if fresh and current is not None else self._turn(new=True)
-            turn.reasoning = (turn.reasoning or "") + text
+            self._turn(lambda turn: bool(turn.text or turn.calls)).reasoning.append(text)
 
     def _message(self, item: MessageItem, param: str) -> None:
         param = f"{param}.content"
         if item.role == "assistant":
             text = _text_of(item.content, param)
             # Text after the turn's calls is the next turn's.
-            current = self.assistant
-            turn = current if current is not None and not current.tool_calls else self._turn(True)
-            turn.content = (turn.content or "") + text  # type: ignore[operator]  # str
+            self._turn(lambda turn: bool(turn.calls)).text.append(text)
             return
         self._close()
         if item.role == "user":
@@ -161,18 +190,17 @@ class _Turns:
             return "".join(part.text for part in item.content)
         return "\n".join(part.text for part in item.summary)
 
-    def _turn(self, new: bool = False) -> AssistantMessage:
-        if self.assistant is None or new:
+    def _turn(self, ends: Callable[[_Turn], bool]) -> _Turn:
+        """The open turn, or a new one when there is none or `ends(open turn)`."""
+        if self.turn is None or ends(self.turn):
             self._close()
-            self.assistant = AssistantMessage(content=None)
-        return self.assistant
+            self.turn = _Turn()
+        return self.turn
 
     def _close(self) -> None:
-        if self.assistant is not None:
-            if self.assistant.content is None and not self.assistant.tool_calls:
-                self.assistant.content = ""
-            self.messages.append(self.assistant)
-            self.assistant = None
+        if self.turn is not None:
+            self.messages.append(self.turn.message())
+            self.turn = None
 
     def done(self) -> list[Message]:
         self._close()

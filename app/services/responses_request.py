@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from msgspec import field
 
 from app.errors import InvalidRequest
@@ -151,5 +150,5 @@ def stored_items(*documents: bytes) -> list[InputItem]:
     """Items of stored JSON arrays (a stored response's input and output items)."""
     items: list[InputItem] = []
     for document in documents:
-        items += decode_items(msgspec.json.decode(document), "previous_response_id")
+        items += decode_items(document, "previous_response_id")
     return items

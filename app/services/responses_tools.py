@@ -19,7 +19,7 @@ import msgspec
 from app.errors import InvalidRequest
 from app.schemas.responses import FunctionTool, NamespaceTool, ToolChoiceAllowed
 from app.schemas.tools import FunctionDefinition, NamedFunction, NamedToolChoice, Tool, ToolChoice
-from app.services.responses_items import invalid_at
+from app.services.responses_items import invalid_at, kind_of
 
 MAX_NAME = 64  # chat's bound on a function's name, which the flat name must keep
 
@@ -32,17 +32,21 @@ class ServedTools:
     not_served: list[str] = field(default_factory=list)  # tool types, in request order
 
 
-def served_tools(raw: list[dict[str, Any]] | None) -> ServedTools:
+_function = msgspec.json.Decoder(FunctionTool)
+_namespace = msgspec.json.Decoder(NamespaceTool)
+
+
+def served_tools(raw: list[msgspec.Raw] | None) -> ServedTools:
     served = ServedTools()
     for index, tool in enumerate(raw or ()):
         param = f"tools[{index}]"
-        kind = tool.get("type")
-        if not isinstance(kind, str):
+        kind, _ = kind_of(tool, param)
+        if kind is None:
             raise InvalidRequest("A tool needs a string `type`.", param=f"{param}.type")
         if kind == "function":
-            served.tools.append(_chat_tool(_convert(tool, FunctionTool, param)))
+            served.tools.append(_chat_tool(_decoded(_function, tool, param)))
         elif kind == "namespace":
-            group = _convert(tool, NamespaceTool, param)
+            group = _decoded(_namespace, tool, param)
             for inner, function in enumerate(group.tools):
                 flat = f"{group.name}.{function.name}"
                 if len(flat) > MAX_NAME:
@@ -57,9 +61,16 @@ def served_tools(raw: list[dict[str, Any]] | None) -> ServedTools:
     return served
 
 
-def _convert(tool: dict[str, Any], target: type[Any], param: str) -> Any:
+def _decoded(decoder: msgspec.json.Decoder[Any], tool: msgspec.Raw, param: str) -> Any:
     try:
-        return msgspec.convert(tool, target)
+        return decoder.decode(tool)
+    except msgspec.ValidationError as exc:
+        raise invalid_at(exc, param) from None
+
+
+def _convert(value: dict[str, Any], target: type[Any], param: str) -> Any:
+    try:
+        return msgspec.convert(value, target)
     except msgspec.ValidationError as exc:
         raise invalid_at(exc, param) from None
 
