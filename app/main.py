@@ -40,6 +40,7 @@ from app.routes.completions import create_completion
 from app.routes.health import health, liveness, metrics
 from app.routes.messages import count_message_tokens, create_message
 from app.routes.models import list_models, retrieve_model
+from app.routes.stored_responses import delete_response, list_input_items, retrieve_response
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
 from app.services.chat import ChatService
@@ -48,6 +49,7 @@ from app.services.images import ImageLimits, ImageLoader
 from app.services.messages import MessagesService
 from app.settings import Settings
 from app.storage.database import TenantDatabase
+from app.storage.responses import ResponseLimits, ResponseStore
 from app.tenancy.middleware import AuthMiddleware
 from app.tenancy.service import Tenancy, database_url
 from engine.admission.probes import Probe
@@ -171,6 +173,7 @@ def create_app(
     # Tenant data shares the keys database's pool when there is one.
     shared_pool = tenancy.writer.engine if tenancy.writer is not None else None
     tenant_data = TenantDatabase(database_url(settings), shared_pool)
+    response_store = ResponseStore(tenant_data, ResponseLimits.from_settings(settings))
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -181,6 +184,7 @@ def create_app(
         await admission.start()
         lag_sampler = asyncio.create_task(loop_lag.run())
         await tenancy.start()
+        purger = asyncio.create_task(response_store.purge_forever())  # expired responses
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -189,6 +193,7 @@ def create_app(
             if starter is not None and not starter.done():
                 starter.cancel()
             lag_sampler.cancel()
+            purger.cancel()
             if watcher is not None:
                 watcher.cancel()
             await admission.close()
@@ -207,6 +212,7 @@ def create_app(
         "messages": MessagesService(models, admission, images),
         "registry": server_metrics.registry,
         "tenant_data": tenant_data,
+        "response_store": response_store,
     }
     app = Litestar(
         route_handlers=[
@@ -218,6 +224,9 @@ def create_app(
             detokenize,
             list_models,
             retrieve_model,
+            retrieve_response,
+            delete_response,
+            list_input_items,
             health,
             liveness,
             metrics,

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.messages import MessagesService
+from app.storage.responses import ResponseStore
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
 from engine.warm.pool import ModelPool
@@ -28,3 +29,4 @@ ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
 CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completions`
 MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
+ResponseStoreDep = Annotated[ResponseStore, _app_wide]  # parameter `response_store`

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Row
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import ChainTooLong, ResponseNotFound, StoredTooLarge
 from app.storage.database import TenantDatabase
@@ -155,7 +155,7 @@ class ResponseStore:
     ) -> None:
         """A stored response's new status, body and output (a background response as it
         runs); raises `ResponseNotFound` or `StoredTooLarge`."""
-        engine = await self.database.engine()
+        engine = await self._readable(response_id)
         async with engine.begin() as conn:
             found = await conn.execute(
                 select(func.length(_table.c.input_items)).where(self._mine(owner, response_id))
@@ -181,7 +181,7 @@ class ResponseStore:
         """The owner's response; `ResponseNotFound` if unknown, another's or expired."""
         if len(response_id) > RESPONSE_ID_CHARS:
             raise ResponseNotFound(response_id)
-        engine = await self.database.engine()
+        engine = await self._readable(response_id)
         async with engine.connect() as conn:
             row = (await conn.execute(select(_table).where(self._mine(owner, response_id)))).first()
         if row is None:
@@ -194,7 +194,7 @@ class ResponseStore:
         `max_chain` responses or the chain's items exceed `max_chain_bytes`;
         `ResponseNotFound` when any of them is not the owner's to read (unknown,
         another's, expired or deleted), naming the first missing one."""
-        engine = await self.database.engine()
+        engine = await self._readable(response_id, "previous_response_id")
         async with engine.connect() as conn:
             head = await self._head(conn, owner, response_id)
             self._check_chain(response_id, head.depth + 2)
@@ -218,7 +218,7 @@ class ResponseStore:
         continue it stay, but can no longer be continued (their chain misses it)."""
         if len(response_id) > RESPONSE_ID_CHARS:
             raise ResponseNotFound(response_id)
-        engine = await self.database.engine()
+        engine = await self._readable(response_id)
         async with engine.begin() as conn:
             result = await conn.execute(delete(_table).where(self._mine(owner, response_id)))
         if result.rowcount == 0:
@@ -250,6 +250,13 @@ class ResponseStore:
                 except Exception as exc:  # the database may be down: try again later
                     log.warning("purging expired stored responses failed: %s", exc)
             await asyncio.sleep(interval_s)
+
+    async def _readable(self, response_id: str, param: str | None = None) -> AsyncEngine:
+        """The database, to read what it holds: where none was made yet it holds nothing,
+        and a read does not create it."""
+        if not self.database.exists():
+            raise ResponseNotFound(response_id, param=param)
+        return await self.database.engine()
 
     async def _head(self, conn: AsyncConnection, owner: str, response_id: str) -> Any:
         """The chain columns of the owner's response (no bodies), or `ResponseNotFound`."""

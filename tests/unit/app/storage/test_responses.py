@@ -4,7 +4,9 @@ before and by the purge."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -269,8 +271,6 @@ async def test_the_purge_deletes_in_batches(
 async def test_the_purge_creates_no_database(tmp_path: Path) -> None:
     path = tmp_path / "lilac.db"
     store = ResponseStore(TenantDatabase(f"sqlite:///{path}"))
-    import asyncio
-
     task = asyncio.create_task(store.purge_forever(interval_s=0.01))
     await asyncio.sleep(0.05)
     task.cancel()
@@ -284,3 +284,31 @@ def test_limits_come_from_the_flags() -> None:
     assert limits.retention_s == 1.5 * DAY_S and limits.max_chain == 100
     with pytest.raises(SystemExit, match="--max-response-chain must be positive"):
         ResponseLimits.from_settings(Settings(max_response_chain=0))
+
+
+async def test_the_server_purges_expired_responses_from_its_start(tmp_path: Path) -> None:
+    """A server started on a database holding expired responses deletes them (its
+    lifespan's purge), and keeps the fresh ones."""
+    from app.main import create_app
+    from app.settings import Settings
+    from engine.scripted import ScriptedEngine
+
+    url = f"sqlite:///{tmp_path}/lilac.db"
+    earlier = ResponseStore(TenantDatabase(url), ResponseLimits(retention_s=DAY_S))
+    now = time.time()
+    await earlier.save(stored("resp_old", created_at=now - 2 * DAY_S))
+    await earlier.save(stored("resp_new", created_at=now))
+    await earlier.database.close()
+
+    settings = Settings(auth="none", database_url=url, response_retention_days=1.0)
+    app = create_app(settings, engine=ScriptedEngine())
+    store: ResponseStore = app.state["response_store"]
+    async with app.lifespan():
+        engine = await store.database.engine()
+        for _ in range(200):
+            async with engine.connect() as conn:
+                left = [row.id for row in await conn.execute(select(stored_responses.c.id))]
+            if left == ["resp_new"]:
+                break
+            await asyncio.sleep(0.02)
+    assert left == ["resp_new"]
