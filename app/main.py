@@ -40,6 +40,7 @@ from app.routes.completions import create_completion
 from app.routes.health import health, liveness, metrics
 from app.routes.messages import count_message_tokens, create_message
 from app.routes.models import list_models, retrieve_model
+from app.routes.responses import create_response
 from app.routes.stored_responses import delete_response, list_input_items, retrieve_response
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
@@ -47,6 +48,8 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.services.messages import MessagesService
+from app.services.responses import ResponsesService
+from app.services.responses_sealing import ReasoningSeal
 from app.settings import Settings
 from app.storage.database import TenantDatabase
 from app.storage.responses import ResponseLimits, ResponseStore
@@ -210,6 +213,7 @@ def create_app(
         "chat": ChatService(models, admission, images),
         "completions": CompletionService(models, admission),
         "messages": MessagesService(models, admission, images),
+        "responses": ResponsesService(models, admission, images, ReasoningSeal(settings.data_dir)),
         "registry": server_metrics.registry,
         "tenant_data": tenant_data,
         "response_store": response_store,
@@ -220,6 +224,7 @@ def create_app(
             create_completion,
             create_message,
             count_message_tokens,
+            create_response,
             tokenize,
             detokenize,
             list_models,

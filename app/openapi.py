@@ -30,7 +30,10 @@ from app.schemas.messages import (
     StreamEvent,
 )
 from app.schemas.models import ModelCard, ModelList
-from app.schemas.stored_responses import STORED_RESPONSE_SCHEMA, InputItemList, ResponseDeleted
+from app.schemas.responses import ResponsesRequest
+from app.schemas.responses_output import Response as ResponseObject
+from app.schemas.responses_output import StreamEvent as ResponsesStreamEvent
+from app.schemas.stored_responses import InputItemList, ResponseDeleted
 from app.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -85,6 +88,15 @@ ANTHROPIC_STREAM = (
     "(message_start, ping, content_block_start / _delta / _stop, message_delta, "
     "message_stop); `event: error` with `data: <AnthropicErrorEnvelope>` if the engine "
     "fails mid-stream."
+)
+RESPONSES_STREAM = (
+    "Server-sent events as OpenAI sends them: `event: <type>` and `data: <{name}>`, "
+    "each with `sequence_number` (response.created, response.in_progress, "
+    "response.output_item.added / .done, response.content_part.added / .done, "
+    "response.output_text.delta / .done, response.reasoning_text.delta / .done, "
+    "response.function_call_arguments.delta / .done, then response.completed or "
+    "response.incomplete); an `error` event and `response.failed` if the engine fails "
+    "mid-stream. No `[DONE]`."
 )
 BETA = ("beta", "query", {"type": "string"})  # Anthropic SDKs' `?beta=true`: accepted
 
@@ -144,6 +156,16 @@ ROUTES = (
         error_body=AnthropicErrorEnvelope,
         params=(BETA,),
     ),
+    Route(
+        "post",
+        "/v1/responses",
+        "OpenAI Responses API: a response, whole or streamed (SSE), stored unless "
+        "`store: false`; hosted tools are not served (`X-Tools-Not-Served`)",
+        ResponsesRequest,
+        ResponseObject,
+        streams=ResponsesStreamEvent,
+        stream_text=RESPONSES_STREAM,
+    ),
     Route("get", "/v1/models", "The served models", ok=ModelList, errors=()),
     Route(
         "get",
@@ -157,7 +179,7 @@ ROUTES = (
         "get",
         "/v1/responses/{response_id}",
         "A stored response of this key; `stream=true` (background responses) is a 400",
-        ok=STORED_RESPONSE_SCHEMA,
+        ok=ResponseObject,
         errors=("400", "404", "503"),
         params=(RESPONSE_ID, ("stream", "query", {"type": "boolean"}), INCLUDE),
     ),

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.messages import MessagesService
+from app.services.responses import ResponsesService
 from app.storage.responses import ResponseStore
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
@@ -28,5 +29,6 @@ AdmissionDep = Annotated[AdmissionController, _app_wide]  # parameter `admission
 ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
 CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completions`
 MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
+ResponsesDep = Annotated[ResponsesService, _app_wide]  # parameter `responses`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
 ResponseStoreDep = Annotated[ResponseStore, _app_wide]  # parameter `response_store`

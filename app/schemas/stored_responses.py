@@ -3,20 +3,10 @@ GET /v1/responses/{id}/input_items."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 from msgspec import Struct
-
-# GET /v1/responses/{id} answers the stored Response object itself, as
-# POST /v1/responses returned it.
-STORED_RESPONSE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "The stored Response object, exactly as `POST /v1/responses` returned it",
-    "properties": {"id": {"type": "string"}, "object": {"const": "response"}},
-    "required": ["id", "object"],
-    "additionalProperties": True,
-}
 
 
 class ResponseDeleted(Struct):
