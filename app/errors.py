@@ -13,11 +13,13 @@ import re
 import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app.anthropic_errors import encode_anthropic, is_anthropic_path
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong
+from app.tenancy.db import DatabaseError
 from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import (
     EngineError,
@@ -112,6 +114,52 @@ class TooManyRequests(APIError):
         self.retry_after = max(1, math.ceil(retry_after))
 
 
+# How much of a client's response id an error message repeats.
+_SHOWN_ID_CHARS = 80
+
+
+class ResponseNotFound(APIError):
+    """A stored response that is unknown, expired, deleted or another owner's: the same
+    answer for each, so a key learns nothing of other tenants' responses."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+
+    def __init__(self, response_id: str, param: str | None = None) -> None:
+        shown = response_id[:_SHOWN_ID_CHARS]
+        if len(response_id) > _SHOWN_ID_CHARS:
+            shown += "..."
+        super().__init__(
+            f"Response with id '{shown}' not found.", param=param, code="response_not_found"
+        )
+        self.response_id = response_id
+
+
+class ChainTooLong(APIError):
+    """A `previous_response_id` chain over its bounds (responses or stored bytes)."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="previous_response_id", code="response_chain_too_long")
+
+
+class StoredTooLarge(APIError):
+    """A response too large to store (`store: false` stores nothing)."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"The response takes {size} bytes to store, over the server's limit of {limit} "
+            "bytes; send `store: false` to keep nothing.",
+            param="store",
+            code="stored_response_too_large",
+        )
+
+
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 
 
@@ -198,6 +246,13 @@ def to_api_error(exc: Exception) -> APIError:
         return Conflict(exc.message, code="model_state_conflict")
     if isinstance(exc, EngineUnavailable):
         return ServiceUnavailable(str(exc) or "The model is not ready yet.")
+    if isinstance(exc, DatabaseError | OperationalError | InterfaceError):
+        # The tenant database (stored data) is down or cannot open: the reason, which
+        # names files and hosts, is for the operator's log.
+        log.error("tenant database unavailable: %s", exc)
+        return ServiceUnavailable(
+            "The database is unavailable; try again shortly.", code="database_unavailable"
+        )
     if isinstance(exc, EngineError):
         log.error("engine failure: %r", exc)
         return APIError("The engine failed while serving this request.", code="engine_error")

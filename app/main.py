@@ -41,6 +41,7 @@ from app.routes.health import health, liveness, metrics
 from app.routes.messages import count_message_tokens, create_message
 from app.routes.models import list_models, retrieve_model
 from app.routes.responses import create_response
+from app.routes.stored_responses import delete_response, list_input_items, retrieve_response
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
 from app.services.chat import ChatService
@@ -51,6 +52,7 @@ from app.services.responses import ResponsesService
 from app.services.responses_sealing import ReasoningSeal
 from app.settings import Settings
 from app.storage.database import TenantDatabase
+from app.storage.responses import ResponseLimits, ResponseStore
 from app.tenancy.middleware import AuthMiddleware
 from app.tenancy.service import Tenancy, database_url
 from engine.admission.probes import Probe
@@ -174,6 +176,7 @@ def create_app(
     # Tenant data shares the keys database's pool when there is one.
     shared_pool = tenancy.writer.engine if tenancy.writer is not None else None
     tenant_data = TenantDatabase(database_url(settings), shared_pool)
+    response_store = ResponseStore(tenant_data, ResponseLimits.from_settings(settings))
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -184,6 +187,7 @@ def create_app(
         await admission.start()
         lag_sampler = asyncio.create_task(loop_lag.run())
         await tenancy.start()
+        purger = asyncio.create_task(response_store.purge_forever())  # expired responses
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -192,6 +196,7 @@ def create_app(
             if starter is not None and not starter.done():
                 starter.cancel()
             lag_sampler.cancel()
+            purger.cancel()
             if watcher is not None:
                 watcher.cancel()
             await admission.close()
@@ -211,6 +216,7 @@ def create_app(
         "responses": ResponsesService(models, admission, images, ReasoningSeal(settings.data_dir)),
         "registry": server_metrics.registry,
         "tenant_data": tenant_data,
+        "response_store": response_store,
     }
     app = Litestar(
         route_handlers=[
@@ -223,6 +229,9 @@ def create_app(
             detokenize,
             list_models,
             retrieve_model,
+            retrieve_response,
+            delete_response,
+            list_input_items,
             health,
             liveness,
             metrics,

@@ -33,6 +33,7 @@ from app.schemas.models import ModelCard, ModelList
 from app.schemas.responses import ResponsesRequest
 from app.schemas.responses_output import Response as ResponseObject
 from app.schemas.responses_output import StreamEvent as ResponsesStreamEvent
+from app.schemas.stored_responses import InputItemList, ResponseDeleted
 from app.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -47,7 +48,7 @@ ERRORS = {
     "400": "Invalid request: `param` names the field",
     "401": "Missing or wrong admin key",
     "403": "No admin key configured",
-    "404": "Unknown model or route",
+    "404": "Unknown model or route, or a stored response unknown, expired or another key's",
     "409": "The model's state refuses the operator's change (pinned, busy, yielded)",
     "429": "Over the client's fair share of the queue (`Retry-After`)",
     "500": "Engine failure",
@@ -58,6 +59,8 @@ STATUS_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 ADMIN_ERRORS = ("400", "401", "403")
 KEY_ID = ("key_id", "path", {"type": "string"})
 MODEL_ID = ("model_id", "path", {"type": "string"})
+RESPONSE_ID = ("response_id", "path", {"type": "string"})
+INCLUDE = ("include", "query", {"type": "array", "items": {"type": "string"}})
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,37 @@ ROUTES = (
         ok=ModelCard,
         errors=("404",),
         params=(MODEL_ID,),
+    ),
+    Route(
+        "get",
+        "/v1/responses/{response_id}",
+        "A stored response of this key; `stream=true` (background responses) is a 400",
+        ok=ResponseObject,
+        errors=("400", "404", "503"),
+        params=(RESPONSE_ID, ("stream", "query", {"type": "boolean"}), INCLUDE),
+    ),
+    Route(
+        "delete",
+        "/v1/responses/{response_id}",
+        "Delete a stored response of this key",
+        ok=ResponseDeleted,
+        errors=("404", "503"),
+        params=(RESPONSE_ID,),
+    ),
+    Route(
+        "get",
+        "/v1/responses/{response_id}/input_items",
+        "The input items of a stored response, a page at a time",
+        ok=InputItemList,
+        errors=("400", "404", "503"),
+        params=(
+            RESPONSE_ID,
+            ("after", "query", {"type": "string"}),
+            ("before", "query", {"type": "string"}),
+            ("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}),
+            ("order", "query", {"type": "string", "enum": ["asc", "desc"], "default": "desc"}),
+            INCLUDE,
+        ),
     ),
     Route(
         "get",

@@ -16,6 +16,7 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.messages import MessagesService
 from app.services.responses import ResponsesService
+from app.storage.responses import ResponseStore
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
 from engine.warm.pool import ModelPool
@@ -30,3 +31,4 @@ CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completio
 MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
 ResponsesDep = Annotated[ResponsesService, _app_wide]  # parameter `responses`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
+ResponseStoreDep = Annotated[ResponseStore, _app_wide]  # parameter `response_store`
