@@ -19,7 +19,7 @@ import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
@@ -32,6 +32,7 @@ from app.services.responses_output import ResponsesGeneration
 from app.services.responses_request import ResponsesChatRequest
 from app.services.responses_sealing import ReasoningSeal
 from app.services.streaming import open_sse
+from app.storage.responses import StoredResponse
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
 from engine.errors import ContextLengthExceeded
@@ -44,12 +45,6 @@ _END: Any = object()
 MAX_TRUNCATIONS = 8  # tries of `truncation: auto` before the request is refused
 # The chat request's fields that engine errors name, as this API names them.
 _PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}
-
-
-class ResponseSaver(Protocol):
-    """Where finished responses are kept (app.storage.responses' store)."""
-
-    async def save(self, stored: Any) -> None: ...
 
 
 class ResponsesService(GenerationService[ChatCompletionRequest]):
@@ -129,8 +124,6 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
     async def _store(self, request: ResponsesChatRequest, generation: ResponsesGeneration) -> None:
         if not request.source.store or request.response_store is None:
             return
-        from app.storage.responses import StoredResponse
-
         final = generation.finish()
         await request.response_store.save(
             StoredResponse(

@@ -479,9 +479,11 @@ async def test_bad_input_is_a_400_naming_the_field(
     assert error["type"] == "invalid_request_error" and error["param"] == param, error
 
 
-async def test_previous_response_id_of_nothing_stored_is_refused(client: httpx.AsyncClient) -> None:
-    response = await client.post(URL, json=body(previous_response_id="resp_nope"))
-    assert response.status_code in (400, 404)
+async def test_previous_response_id_of_nothing_stored_is_a_404(tmp_path: Path) -> None:
+    response = await post(
+        ScriptedEngine(), body(previous_response_id="resp_nope"), data_dir=str(tmp_path)
+    )
+    assert response.status_code == 404
     assert response.json()["error"]["param"] == "previous_response_id"
 
 
