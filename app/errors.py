@@ -13,13 +13,11 @@ import re
 import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app.anthropic_errors import encode_anthropic, is_anthropic_path
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong
-from app.tenancy.db import DatabaseError
 from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import (
     EngineError,
@@ -94,6 +92,16 @@ class ServiceUnavailable(APIError):
     ) -> None:
         super().__init__(message, code=code)
         self.retry_after = max(1, math.ceil(retry_after))
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The tenant database (stored data) cannot be opened or reached. The reason, which
+    names files and hosts, is for the operator's log, not the client."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The database is unavailable; try again shortly.", code="database_unavailable"
+        )
 
 
 class Conflict(APIError):
@@ -246,13 +254,6 @@ def to_api_error(exc: Exception) -> APIError:
         return Conflict(exc.message, code="model_state_conflict")
     if isinstance(exc, EngineUnavailable):
         return ServiceUnavailable(str(exc) or "The model is not ready yet.")
-    if isinstance(exc, DatabaseError | OperationalError | InterfaceError):
-        # The tenant database (stored data) is down or cannot open: the reason, which
-        # names files and hosts, is for the operator's log.
-        log.error("tenant database unavailable: %s", exc)
-        return ServiceUnavailable(
-            "The database is unavailable; try again shortly.", code="database_unavailable"
-        )
     if isinstance(exc, EngineError):
         log.error("engine failure: %r", exc)
         return APIError("The engine failed while serving this request.", code="engine_error")
