@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.main import create_app
 from app.settings import Settings
 from engine.scripted import ScriptedEngine
-from tests.client import AppClient
+from tests.client import AppClient, provided
 from tests.unit.app.routes.test_stored_responses import sdk, two_keys
 
 ASK: dict[str, Any] = {"model": "scripted", "max_output_tokens": 4}
@@ -40,7 +40,7 @@ async def test_a_chain_at_its_length_is_refused_before_the_model_runs(tmp_path: 
         with pytest.raises(openai.BadRequestError) as refused:
             await client.responses.create(input="turn 3", previous_response_id=previous, **ASK)
         assert len(engine.requests) == runs  # refused before generating
-        await http.app.state["response_store"].database.close()
+        await provided(http.app, "response_store").database.close()
     error = refused.value.body
     assert isinstance(error, dict) and error["code"] == "response_chain_too_long"
     assert error["param"] == "previous_response_id" and "at most 3" in error["message"]
@@ -53,7 +53,7 @@ async def test_a_response_too_large_to_store_is_a_400_and_stored_nowhere(tmp_pat
             await client.responses.create(input="x " * 2000, **ASK)
         small = await client.responses.create(input="hi", **ASK)
         kept = await client.responses.retrieve(small.id)
-        await http.app.state["response_store"].database.close()
+        await provided(http.app, "response_store").database.close()
     error = refused.value.body
     assert isinstance(error, dict) and error["code"] == "stored_response_too_large"
     assert kept.id == small.id

@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 from app.tenancy.db import open_database
+from tests.client import provided
 from tests.postgres import start_postgres
 from tests.unit.app.routes.test_stored_responses import save, sdk
 from tests.unit.app.tenancy.helpers import bearer, keyed_app, new_key
@@ -23,7 +24,7 @@ async def test_replicas_share_stored_responses_and_outages_are_503s(tmp_path: Pa
             keyed_app(second_pool, tmp_path / "two.jsonl") as (two, _),
         ):
             key_id, secret = await new_key(tenancy)
-            body = await save(one.app.state["response_store"], key_id, "resp_shared")
+            body = await save(provided(one.app, "response_store"), key_id, "resp_shared")
             read = await two.get("/v1/responses/resp_shared", headers=bearer(secret))
             assert read.status_code == 200 and read.content == body
 
