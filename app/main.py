@@ -174,7 +174,7 @@ def create_app(
     if tenancy.writer is not None:
         server_metrics.registry.register(UsageWriterCollector(tenancy.writer))
     # Tenant data shares the keys database's pool when there is one.
-    shared_pool = tenancy.writer.engine if tenancy.writer is not None else None
+    shared_pool = tenancy.writer.database if tenancy.writer is not None else None
     tenant_data = TenantDatabase(database_url(settings), shared_pool)
     response_store = ResponseStore(tenant_data, ResponseLimits.from_settings(settings))
 
@@ -193,7 +193,7 @@ def create_app(
         try:
             yield
         finally:
-            if starter is not None and not starter.done():
+            if not starter.done():
                 starter.cancel()
             lag_sampler.cancel()
             purger.cancel()
@@ -207,7 +207,7 @@ def create_app(
     admission.observers.append(_note_queue_wait)
     images = ImageLoader(ImageLimits.from_settings(settings))
     services = {
-        "engine": host,
+        "host": host,
         "models": models,
         "admission": admission,
         "chat": ChatService(models, admission, images),
@@ -217,6 +217,7 @@ def create_app(
         "registry": server_metrics.registry,
         "tenant_data": tenant_data,
         "response_store": response_store,
+        "tenancy": tenancy,
     }
     app = Litestar(
         route_handlers=[
@@ -246,18 +247,9 @@ def create_app(
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],
         cors_config=cors_config(settings),
-        # Kept for operators and tests that reach the app from outside a request.
+        # For operators that reach the app from outside a request:
         # `metrics.keys.count(key_id, ...)` counts a keyed request (app.observability.metrics).
-        # `engine`: the one handed in, else every model at once.
-        state=State(
-            {
-                **services,
-                "engine": engine or host,
-                "settings": settings,
-                "metrics": server_metrics,
-                "tenancy": tenancy,
-            }
-        ),
+        state=State({"metrics": server_metrics}),
         openapi_config=None,
         # Logging is app.observability.logs' (text or JSON, with request ids), not Litestar's.
         logging_config=None,

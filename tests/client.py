@@ -15,7 +15,11 @@ down by the caller (a session-scoped real engine outlives many clients).
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import json
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -51,6 +55,15 @@ class AppClient(httpx.AsyncClient):
         self.app = app
 
 
+@functools.cache
+def scratch_data_dir() -> str:
+    """A data directory for apps built with default settings, this process's own: what
+    they store (responses) never lands in the user's `~/.local/share/lilac-serve`."""
+    path = tempfile.mkdtemp(prefix="lilac-test-data-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 @asynccontextmanager
 async def app_client(
     engine: Engine | None,
@@ -61,7 +74,8 @@ async def app_client(
     timeout: float = 5.0,
 ) -> AsyncIterator[AppClient]:
     """The app of `create_app(settings, engine=engine, models=models, probe=probe)`
-    behind a client."""
+    behind a client; default settings keep their data in `scratch_data_dir()`."""
+    settings = settings or Settings(data_dir=scratch_data_dir())
     app = create_app(settings, engine=engine, models=models, probe=probe)
     async with AppClient(app, timeout=timeout) as client:
         yield client
@@ -158,3 +172,9 @@ def sync_app_client(
             loop.run_until_complete(context.__aexit__(None, None, None))
     finally:
         loop.close()
+
+
+def provided(app: Litestar, name: str) -> Any:
+    """The app-wide object create_app hands route handlers as the parameter `name`
+    (`host`, `models`, `admission`, `chat`, `tenancy`, ...): what a request gets."""
+    return app.dependencies[name].dependency()

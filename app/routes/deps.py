@@ -17,13 +17,14 @@ from app.services.completions import CompletionService
 from app.services.messages import MessagesService
 from app.services.responses import ResponsesService
 from app.storage.responses import ResponseStore
+from app.tenancy.service import Tenancy
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
 from engine.warm.pool import ModelPool
 
 _app_wide = Dependency(skip_validation=True)
 
-EngineDep = Annotated[ModelHost, _app_wide]  # parameter `engine`: every model at once
+HostDep = Annotated[ModelHost, _app_wide]  # parameter `host`: every model at once (PoolHost)
 ModelsDep = Annotated[ModelPool, _app_wide]  # parameter `models`: each served model
 AdmissionDep = Annotated[AdmissionController, _app_wide]  # parameter `admission`
 ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
@@ -32,3 +33,4 @@ MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
 ResponsesDep = Annotated[ResponsesService, _app_wide]  # parameter `responses`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
 ResponseStoreDep = Annotated[ResponseStore, _app_wide]  # parameter `response_store`
+TenancyDep = Annotated[Tenancy, _app_wide]  # parameter `tenancy`: keys, limits, usage

@@ -12,8 +12,8 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from app.request_body import INLINE_BYTES, read_json
-from app.routes.deps import ResponsesDep, ResponseStoreDep
-from app.routes.generation import respond
+from app.routes.deps import ResponsesDep, ResponseStoreDep, TenancyDep
+from app.routes.respond import respond
 from app.schemas.responses import InputItem, ResponsesRequest, responses_request_decoder
 from app.services.responses_request import ResponsesChatRequest, chat_request, stored_items
 from app.services.responses_sealing import ReasoningSeal
@@ -27,7 +27,10 @@ NOT_SERVED_HEADER = "X-Tools-Not-Served"
 
 @post("/v1/responses", status_code=200)
 async def create_response(
-    request: Request, responses: ResponsesDep, response_store: ResponseStoreDep
+    request: Request,
+    responses: ResponsesDep,
+    tenancy: TenancyDep,
+    response_store: ResponseStoreDep,
 ) -> Response[bytes] | Stream:
     body = await read_json(request, responses_request_decoder)
     owner = owner_of(request_key(request))
@@ -38,7 +41,7 @@ async def create_response(
     else:
         chat = await off_loop(_converted, body, owner, responses.seal, history)
     chat.response_store = response_store if body.store else None
-    response = await respond(request, responses, chat, size)
+    response = await respond(request, responses, tenancy, chat, size)
     if chat.tools_not_served:
         response.headers[NOT_SERVED_HEADER] = ",".join(chat.tools_not_served)
     return response

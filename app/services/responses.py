@@ -78,7 +78,7 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
         generation, generates, engine = await self._start(request, client)
         assert isinstance(generation, ResponsesGeneration)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         states = generation.choice_states()
         async with aclosing(self._truncated(engine, generates[0], _responses(request))) as outputs:
             async for output in outputs:
@@ -95,7 +95,7 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
         generation, generates, engine = await self._start(request, client)
         assert isinstance(generation, ResponsesGeneration)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         chat = _responses(request)
         outputs = self._stored_after(self._truncated(engine, generates[0], chat), chat, generation)
         return await open_sse(

@@ -13,21 +13,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Row
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import ChainTooLong, ResponseNotFound, StoredTooLarge
+from app.errors import ChainTooLong, DatabaseUnavailable, ResponseNotFound, StoredTooLarge
 from app.storage.database import TenantDatabase
 from app.storage.responses_schema import OWNER_CHARS, RESPONSE_ID_CHARS, stored_responses
+from app.tenancy.db import DatabaseError
 
 __all__ = [
     "ChainTooLong",
+    "DatabaseUnavailable",
     "ResponseLimits",
     "ResponseNotFound",
     "ResponseStore",
@@ -45,6 +48,7 @@ PURGE_BATCH = 500
 PURGE_INTERVAL_S = 3600.0
 
 _table = stored_responses
+T = TypeVar("T")
 _ids = msgspec.json.Decoder(list[str])
 
 
@@ -116,6 +120,50 @@ class ResponseStore:
         """Store a new response; raises `StoredTooLarge`, and for a continuation
         `ResponseNotFound` (its previous response is not the owner's to continue) or
         `ChainTooLong`."""
+        await self._guarded(lambda: self._save(stored))
+
+    async def update(
+        self, owner: str, response_id: str, status: str, response: bytes, output_items: bytes
+    ) -> None:
+        """A stored response's new status, body and output (a background response as it
+        runs); raises `ResponseNotFound` or `StoredTooLarge`."""
+        await self._guarded(
+            lambda: self._update(owner, response_id, status, response, output_items)
+        )
+
+    async def get(self, owner: str, response_id: str) -> StoredResponse:
+        """The owner's response; `ResponseNotFound` if unknown, another's or expired."""
+        return await self._guarded(lambda: self._get(owner, response_id))
+
+    async def chain(self, owner: str, response_id: str) -> list[StoredResponse]:
+        """The responses a continuation of `response_id` carries, oldest first, ending
+        with `response_id`. `ChainTooLong` when that continuation would hold more than
+        `max_chain` responses or the chain's items exceed `max_chain_bytes`;
+        `ResponseNotFound` when any of them is not the owner's to read (unknown,
+        another's, expired or deleted), naming the first missing one."""
+        return await self._guarded(lambda: self._chain(owner, response_id))
+
+    async def delete(self, owner: str, response_id: str) -> None:
+        """Delete the owner's response; `ResponseNotFound` as `get`. Responses that
+        continue it stay, but can no longer be continued (their chain misses it)."""
+        await self._guarded(lambda: self._delete(owner, response_id))
+
+    async def _guarded(self, work: Callable[[], Awaitable[T]]) -> T:
+        """`work` against the database: once more on a pooled connection that died with a
+        database since restarted (the pool is emptied by then); `DatabaseUnavailable`
+        (503) when the database cannot be opened or reached."""
+        try:
+            try:
+                return await work()
+            except DBAPIError as exc:
+                if not exc.connection_invalidated:
+                    raise
+                return await work()
+        except (DatabaseError, OperationalError, InterfaceError, OSError, TimeoutError) as exc:
+            log.warning("stored responses: the database is unavailable: %s", exc)
+            raise DatabaseUnavailable() from exc
+
+    async def _save(self, stored: StoredResponse) -> None:
         if len(stored.id) > RESPONSE_ID_CHARS or len(stored.owner) > OWNER_CHARS:
             raise ValueError("response ids and owners are bounded by the table's columns")
         size = len(stored.response) + len(stored.input_items) + len(stored.output_items)
@@ -150,11 +198,9 @@ class ResponseStore:
                 )
             )
 
-    async def update(
+    async def _update(
         self, owner: str, response_id: str, status: str, response: bytes, output_items: bytes
     ) -> None:
-        """A stored response's new status, body and output (a background response as it
-        runs); raises `ResponseNotFound` or `StoredTooLarge`."""
         engine = await self._readable(response_id)
         async with engine.begin() as conn:
             found = await conn.execute(
@@ -177,8 +223,7 @@ class ResponseStore:
                 )
             )
 
-    async def get(self, owner: str, response_id: str) -> StoredResponse:
-        """The owner's response; `ResponseNotFound` if unknown, another's or expired."""
+    async def _get(self, owner: str, response_id: str) -> StoredResponse:
         if len(response_id) > RESPONSE_ID_CHARS:
             raise ResponseNotFound(response_id)
         engine = await self._readable(response_id)
@@ -188,12 +233,7 @@ class ResponseStore:
             raise ResponseNotFound(response_id)
         return _stored(row)
 
-    async def chain(self, owner: str, response_id: str) -> list[StoredResponse]:
-        """The responses a continuation of `response_id` carries, oldest first, ending
-        with `response_id`. `ChainTooLong` when that continuation would hold more than
-        `max_chain` responses or the chain's items exceed `max_chain_bytes`;
-        `ResponseNotFound` when any of them is not the owner's to read (unknown,
-        another's, expired or deleted), naming the first missing one."""
+    async def _chain(self, owner: str, response_id: str) -> list[StoredResponse]:
         engine = await self._readable(response_id, "previous_response_id")
         async with engine.connect() as conn:
             head = await self._head(conn, owner, response_id)
@@ -213,9 +253,7 @@ class ResponseStore:
                 raise ResponseNotFound(an_id, param="previous_response_id")
         return [found[an_id] for an_id in ids]
 
-    async def delete(self, owner: str, response_id: str) -> None:
-        """Delete the owner's response; `ResponseNotFound` as `get`. Responses that
-        continue it stay, but can no longer be continued (their chain misses it)."""
+    async def _delete(self, owner: str, response_id: str) -> None:
         if len(response_id) > RESPONSE_ID_CHARS:
             raise ResponseNotFound(response_id)
         engine = await self._readable(response_id)

@@ -125,6 +125,9 @@ def start_server(
         "2",
         "--resume-after",
         "1",
+        # What it stores (responses) stays in its folder, not the user's data directory.
+        "--data-dir",
+        str(workdir / "data"),
         *extra_args,
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **(extra_env or {})}

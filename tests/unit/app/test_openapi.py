@@ -22,6 +22,7 @@ from app.main import create_app
 from app.openapi import ROUTES, document
 from app.settings import Settings
 from engine.scripted import ScriptedEngine
+from tests.client import scratch_data_dir
 
 EXAMPLES_PER_OPERATION = 20
 CASES: list[str] = []  # one entry per case run, for the count below
@@ -74,7 +75,9 @@ def test_prompt_logprobs_are_documented() -> None:
     assert set(schemas["PromptLogprob"]["required"]) == {"logprob", "rank", "decoded_token"}
 
 
-_app = create_app(Settings(), engine=ScriptedEngine(served_names=("scripted",)))
+# What the fuzzed requests store stays in a scratch folder, not the user's data directory.
+_settings = Settings(data_dir=scratch_data_dir())
+_app = create_app(_settings, engine=ScriptedEngine(served_names=("scripted",)))
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 # The coverage phase alone makes thousands of boundary cases (minutes here): the
 # explicit examples and EXAMPLES_PER_OPERATION generated ones keep the run short.

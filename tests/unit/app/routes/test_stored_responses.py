@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.main import create_app
 from app.settings import Settings
 from app.storage.responses import ResponseStore, StoredResponse
-from tests.client import AppClient
+from tests.client import AppClient, provided
 from tests.unit.app.tenancy.helpers import ADMIN_KEY, bearer, keyed_app, new_key
 
 
@@ -92,7 +92,7 @@ async def two_keys(
     async with keyed_app(database, tmp_path / "spool") as (http, tenancy):
         a = await new_key(tenancy)
         b = await new_key(tenancy)
-        yield http, http.app.state["response_store"], a, b
+        yield http, provided(http.app, "response_store"), a, b
 
 
 async def test_retrieve_returns_the_stored_response(database: AsyncEngine, tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ async def test_streaming_a_stored_response_is_a_400_for_now(
 async def test_a_revoked_key_gets_401(database: AsyncEngine, tmp_path: Path) -> None:
     async with keyed_app(database, tmp_path / "spool") as (http, tenancy):
         key_id, secret = await new_key(tenancy)
-        store: ResponseStore = http.app.state["response_store"]
+        store: ResponseStore = provided(http.app, "response_store")
         await save(store, key_id, "resp_1")
         before = await http.get("/v1/responses/resp_1", headers=bearer(secret))
         revoked = await http.delete(f"/admin/keys/{key_id}", headers=bearer(ADMIN_KEY))
@@ -232,7 +232,7 @@ async def test_without_keys_reads_create_no_database(tmp_path: Path) -> None:
     async with AppClient(app, timeout=10) as http:
         missing = await http.get("/v1/responses/resp_1")
         created = not (tmp_path / "data").exists()
-        store: ResponseStore = app.state["response_store"]
+        store: ResponseStore = provided(app, "response_store")
         await save(store, "anonymous", "resp_1")
         found = await http.get("/v1/responses/resp_1")
         await store.database.close()

@@ -292,6 +292,7 @@ async def test_the_server_purges_expired_responses_from_its_start(tmp_path: Path
     from app.main import create_app
     from app.settings import Settings
     from engine.scripted import ScriptedEngine
+    from tests.client import provided
 
     url = f"sqlite:///{tmp_path}/lilac.db"
     earlier = ResponseStore(TenantDatabase(url), ResponseLimits(retention_s=DAY_S))
@@ -302,7 +303,7 @@ async def test_the_server_purges_expired_responses_from_its_start(tmp_path: Path
 
     settings = Settings(auth="none", database_url=url, response_retention_days=1.0)
     app = create_app(settings, engine=ScriptedEngine())
-    store: ResponseStore = app.state["response_store"]
+    store: ResponseStore = provided(app, "response_store")
     async with app.lifespan():
         engine = await store.database.engine()
         for _ in range(200):
