@@ -314,7 +314,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     data_dir: Annotated[
         str,
         Flag(
-            "where the server keeps its SQLite database and usage spool (created on first use)",
+            "where the server keeps its SQLite database, usage spool and the secret that "
+            "seals reasoning for Responses clients (created on first use)",
             section="tenants",
         ),
     ] = "~/.local/share/lilac-serve"
