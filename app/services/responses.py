@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from app.errors import APIError
 from app.schemas.chat import ChatCompletionRequest, Message, SystemMessage
 from app.schemas.responses_output import Response
 from app.services.chat import ChatService, messages_for_template
@@ -35,7 +36,7 @@ from app.services.streaming import open_sse
 from app.storage.responses import StoredResponse
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
-from engine.errors import ContextLengthExceeded
+from engine.errors import ContextLengthExceeded, EngineRequestError
 from engine.protocol import Engine, GenerateOutput, GenerateRequest
 from engine.warm.pool import ModelPool
 
@@ -43,8 +44,27 @@ log = logging.getLogger("lilac.responses")
 _encoder = msgspec.json.Encoder()
 _END: Any = object()
 MAX_TRUNCATIONS = 8  # tries of `truncation: auto` before the request is refused
-# The chat request's fields that engine errors name, as this API names them.
-_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}
+# The chat request's fields that errors of the chat path name, as this API names them
+# (by prefix; the first that matches).
+_PARAMS = (
+    ("messages", "input"),
+    ("max_completion_tokens", "max_output_tokens"),
+    ("max_tokens", "max_output_tokens"),
+    ("reasoning_effort", "reasoning.effort"),
+    ("response_format.json_schema", "text.format"),
+    ("response_format", "text.format"),
+)
+
+
+def responses_param(param: str | None) -> str | None:
+    """`param` of an error of the chat path, as this API names the field."""
+    if param is None:
+        return None
+    for chat, ours in _PARAMS:
+        if param == chat or param.startswith((chat + ".", chat + "[")):
+            rest = param[len(chat) :]
+            return ours if chat == "messages" else ours + rest
+    return param.replace(".function.", ".", 1) if param.startswith("tools[") else param
 
 
 class ResponsesService(GenerationService[ChatCompletionRequest]):
@@ -64,7 +84,11 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
     async def engine_requests(
         self, request: ChatCompletionRequest, request_id: str, client: str | None
     ) -> list[GenerateRequest]:
-        return await self._chat.engine_requests(request, request_id, client)
+        try:
+            return await self._chat.engine_requests(request, request_id, client)
+        except (APIError, EngineRequestError) as exc:
+            exc.param = responses_param(exc.param)
+            raise
 
     def generation(self, request: ChatCompletionRequest, request_id: str) -> ResponsesGeneration:
         # Response ids are `resp_<hex>`, as OpenAI's (the engine request id is `resp-...`).
@@ -157,11 +181,14 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
                     room = engine.model.max_model_len - (exc.requested_output or 1)
                     kept = _drop_oldest(request.messages, exc.prompt_tokens, room)
                 if kept is None:
-                    exc.param = _PARAMS.get(exc.param or "", exc.param)
+                    exc.param = responses_param(exc.param)
                     raise
                 request.messages = kept
                 generate.messages = messages_for_template(kept)
                 outputs = admitted(self._admission, engine, generate)
+            except EngineRequestError as exc:  # the family's checks of reasoning controls
+                exc.param = responses_param(exc.param)
+                raise
         if first is _END:
             return
         async with aclosing(outputs):

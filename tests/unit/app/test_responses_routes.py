@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from engine.errors import EngineError
+from engine.errors import ContextLengthExceeded, EngineError
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ToolCallDelta
 from engine.scripted import ScriptedEngine
 from tests.client import app_client
@@ -423,6 +423,43 @@ async def test_the_sdk_streams_a_function_call() -> None:
     assert call.type == "function_call" and call.arguments == '{"city": "Paris"}'
 
 
+# ---------------------------------------------------------------- truncation
+
+
+class Context(ScriptedEngine):
+    """A context that holds `fits` messages: more is the engine's context error."""
+
+    def __init__(self, fits: int) -> None:
+        super().__init__()
+        self.fits = fits
+
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[GenerateOutput, None]:
+        self.requests.append(request)
+        if len(request.messages) > self.fits:
+            raise ContextLengthExceeded(100 * len(request.messages), 10, 100 * self.fits + 10)
+        yield GenerateOutput(prompt_tokens=5, choices=[ChoiceDelta(0, "ok", 1, "stop")])
+
+
+LONG = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(9)]
+
+
+async def test_truncation_auto_drops_the_oldest_items() -> None:
+    engine = Context(fits=4)
+    out = await post(engine, body(input=LONG, instructions="sys", truncation="auto"))
+    assert out.status_code == 200, out.text
+    kept = engine.requests[-1].messages
+    assert len(kept) <= 4 and kept[0] == {"role": "system", "content": "sys"}
+    assert kept[-1]["content"] == "m8"
+    assert out.json()["truncation"] == "auto"
+
+
+async def test_truncation_disabled_is_a_400_naming_this_apis_field() -> None:
+    refused = await post(Context(fits=4), body(input=LONG, max_output_tokens=10))
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "max_output_tokens"
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -458,7 +495,11 @@ async def test_the_sdk_streams_a_function_call() -> None:
         ({"input": []}, "input"),
         ({"tools": [{"name": "no type"}]}, "tools[0].type"),
         ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name"),
-        ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name"),
+        ({"tools": [WEATHER, WEATHER]}, "tools[1].name"),
+        (
+            {"text": {"format": {"type": "json_schema", "schema": {"type": "nope"}}}},
+            "text.format.schema",
+        ),
         ({"tool_choice": "sometimes"}, "tool_choice"),
         ({"tool_choice": {"type": "function", "name": "nope"}, "tools": [WEATHER]}, "tool_choice"),
         ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
