@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.server import RunningServer
+from perf.harness.servers import Server
 
 LOOKUP = {
     "type": "function",
@@ -28,7 +28,7 @@ ASK = {"model": DEFAULT_MODEL_NAME, "temperature": 0, "max_output_tokens": 8}
 
 
 @pytest.fixture(scope="module")
-def sdk(server: RunningServer) -> openai.OpenAI:
+def sdk(server: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
 
 
@@ -103,7 +103,7 @@ def test_a_chain_of_three_with_a_function_call(sdk: openai.OpenAI) -> None:
     assert [item.type for item in listed.data] == ["function_call_output"]
 
 
-def test_an_agents_sdk_run_with_a_forced_tool(server: RunningServer) -> None:
+def test_an_agents_sdk_run_with_a_forced_tool(server: Server) -> None:
     from agents import (
         Agent,
         ModelSettings,
