@@ -107,6 +107,16 @@ class ServiceUnavailable(APIError):
         self.retry_after = max(1, math.ceil(retry_after))
 
 
+class DatabaseUnavailable(ServiceUnavailable):
+    """The tenant database (stored data) cannot be opened or reached. The reason, which
+    names files and hosts, is for the operator's log, not the client."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The database is unavailable; try again shortly.", code="database_unavailable"
+        )
+
+
 class InvalidKey(APIError):
     """Missing, malformed, unknown or revoked: the client gets one message for all."""
 
@@ -210,6 +220,52 @@ class InvalidFileLine(InvalidRequest):
         super().__init__(f"{where}: {problem}", param="file", code="invalid_batch_line")
         self.line = line
         self.custom_id = custom_id
+
+
+# How much of a client's response id an error message repeats.
+_SHOWN_ID_CHARS = 80
+
+
+class ResponseNotFound(APIError):
+    """A stored response that is unknown, expired, deleted or another owner's: the same
+    answer for each, so a key learns nothing of other tenants' responses."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+
+    def __init__(self, response_id: str, param: str | None = None) -> None:
+        shown = response_id[:_SHOWN_ID_CHARS]
+        if len(response_id) > _SHOWN_ID_CHARS:
+            shown += "..."
+        super().__init__(
+            f"Response with id '{shown}' not found.", param=param, code="response_not_found"
+        )
+        self.response_id = response_id
+
+
+class ChainTooLong(APIError):
+    """A `previous_response_id` chain over its bounds (responses or stored bytes)."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="previous_response_id", code="response_chain_too_long")
+
+
+class StoredTooLarge(APIError):
+    """A response too large to store (`store: false` stores nothing)."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"The response takes {size} bytes to store, over the server's limit of {limit} "
+            "bytes; send `store: false` to keep nothing.",
+            param="store",
+            code="stored_response_too_large",
+        )
 
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")

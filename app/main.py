@@ -41,15 +41,20 @@ from app.routes.files import file_routes
 from app.routes.health import health, liveness, metrics
 from app.routes.messages import count_message_tokens, create_message
 from app.routes.models import list_models, retrieve_model
+from app.routes.responses import create_response
+from app.routes.stored_responses import delete_response, list_input_items, retrieve_response
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
 from app.services.messages import MessagesService
+from app.services.responses import ResponsesService
+from app.services.responses_sealing import ReasoningSeal
 from app.settings import Settings
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
+from app.storage.responses import ResponseLimits, ResponseStore
 from app.tenancy.middleware import AuthMiddleware
 from app.tenancy.service import Tenancy, database_url
 from app.uploads import FileLimits
@@ -175,6 +180,7 @@ def create_app(
     # Tenant data shares the keys database's pool when there is one.
     shared_pool = tenancy.writer.database if tenancy.writer is not None else None
     tenant_data = TenantDatabase(database_url(settings), shared_pool)
+    response_store = ResponseStore(tenant_data, ResponseLimits.from_settings(settings))
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -185,6 +191,7 @@ def create_app(
         await admission.start()
         lag_sampler = asyncio.create_task(loop_lag.run())
         await tenancy.start()
+        purger = asyncio.create_task(response_store.purge_forever())  # expired responses
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -193,6 +200,7 @@ def create_app(
             if not starter.done():
                 starter.cancel()
             lag_sampler.cancel()
+            purger.cancel()
             if watcher is not None:
                 watcher.cancel()
             await admission.close()
@@ -209,10 +217,12 @@ def create_app(
         "chat": ChatService(models, admission, images),
         "completions": CompletionService(models, admission),
         "messages": MessagesService(models, admission, images),
+        "responses": ResponsesService(models, admission, images, ReasoningSeal(settings.data_dir)),
         "registry": server_metrics.registry,
         "tenant_data": tenant_data,
         "file_store": FileStore(tenant_data),
         "file_limits": FileLimits(settings.max_file_bytes, settings.max_file_lines),
+        "response_store": response_store,
         "tenancy": tenancy,
     }
     app = Litestar(
@@ -221,10 +231,14 @@ def create_app(
             create_completion,
             create_message,
             count_message_tokens,
+            create_response,
             tokenize,
             detokenize,
             list_models,
             retrieve_model,
+            retrieve_response,
+            delete_response,
+            list_input_items,
             health,
             liveness,
             metrics,

@@ -31,6 +31,10 @@ from app.schemas.messages import (
     StreamEvent,
 )
 from app.schemas.models import ModelCard, ModelList
+from app.schemas.responses import ResponsesRequest
+from app.schemas.responses_output import Response as ResponseObject
+from app.schemas.responses_output import StreamEvent as ResponsesStreamEvent
+from app.schemas.stored_responses import InputItemList, ResponseDeleted
 from app.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -45,7 +49,7 @@ ERRORS = {
     "400": "Invalid request: `param` names the field",
     "401": "Missing or wrong admin key",
     "403": "No admin key configured",
-    "404": "Unknown model, file or route",
+    "404": "Unknown model, file or route, or a stored response unknown, expired or another key's",
     "409": "The model's state refuses the operator's change (pinned, busy, yielded)",
     "413": "An upload over `--max-file-bytes`, refused as it streams in",
     "415": "A body of the wrong media type",
@@ -67,6 +71,8 @@ FILE_UPLOAD: dict[str, Any] = {
     },
     "required": ["file", "purpose"],
 }
+RESPONSE_ID = ("response_id", "path", {"type": "string"})
+INCLUDE = ("include", "query", {"type": "array", "items": {"type": "string"}})
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,15 @@ ANTHROPIC_STREAM = (
     "(message_start, ping, content_block_start / _delta / _stop, message_delta, "
     "message_stop); `event: error` with `data: <AnthropicErrorEnvelope>` if the engine "
     "fails mid-stream."
+)
+RESPONSES_STREAM = (
+    "Server-sent events as OpenAI sends them: `event: <type>` and `data: <{name}>`, "
+    "each with `sequence_number` (response.created, response.in_progress, "
+    "response.output_item.added / .done, response.content_part.added / .done, "
+    "response.output_text.delta / .done, response.reasoning_text.delta / .done, "
+    "response.function_call_arguments.delta / .done, then response.completed or "
+    "response.incomplete); an `error` event and `response.failed` if the engine fails "
+    "mid-stream. No `[DONE]`."
 )
 BETA = ("beta", "query", {"type": "string"})  # Anthropic SDKs' `?beta=true`: accepted
 
@@ -154,6 +169,16 @@ ROUTES = (
         error_body=AnthropicErrorEnvelope,
         params=(BETA,),
     ),
+    Route(
+        "post",
+        "/v1/responses",
+        "OpenAI Responses API: a response, whole or streamed (SSE), stored unless "
+        "`store: false`; hosted tools are not served (`X-Tools-Not-Served`)",
+        ResponsesRequest,
+        ResponseObject,
+        streams=ResponsesStreamEvent,
+        stream_text=RESPONSES_STREAM,
+    ),
     Route("get", "/v1/models", "The served models", ok=ModelList, errors=()),
     Route(
         "get",
@@ -210,6 +235,37 @@ ROUTES = (
         ok=FileDeleted,
         errors=("404",),
         params=(FILE_ID,),
+    ),
+    Route(
+        "get",
+        "/v1/responses/{response_id}",
+        "A stored response of this key; `stream=true` (background responses) is a 400",
+        ok=ResponseObject,
+        errors=("400", "404", "503"),
+        params=(RESPONSE_ID, ("stream", "query", {"type": "boolean"}), INCLUDE),
+    ),
+    Route(
+        "delete",
+        "/v1/responses/{response_id}",
+        "Delete a stored response of this key",
+        ok=ResponseDeleted,
+        errors=("404", "503"),
+        params=(RESPONSE_ID,),
+    ),
+    Route(
+        "get",
+        "/v1/responses/{response_id}/input_items",
+        "The input items of a stored response, a page at a time",
+        ok=InputItemList,
+        errors=("400", "404", "503"),
+        params=(
+            RESPONSE_ID,
+            ("after", "query", {"type": "string"}),
+            ("before", "query", {"type": "string"}),
+            ("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}),
+            ("order", "query", {"type": "string", "enum": ["asc", "desc"], "default": "desc"}),
+            INCLUDE,
+        ),
     ),
     Route(
         "get",

@@ -334,7 +334,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     data_dir: Annotated[
         str,
         Flag(
-            "where the server keeps its SQLite database and usage spool (created on first use)",
+            "where the server keeps its SQLite database, usage spool and the secret that "
+            "seals reasoning for Responses clients (created on first use)",
             section="tenants",
         ),
     ] = "~/.local/share/lilac-serve"
@@ -357,6 +358,40 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             section="tenants",
         ),
     ] = 0.5
+    response_retention_days: Annotated[
+        float,
+        Flag(
+            "days a stored response (`store: true`) is kept, then deleted; until then only "
+            "the key that made it reads it",
+            section="tenants",
+        ),
+    ] = 30.0
+    max_stored_response_bytes: Annotated[
+        int,
+        Flag(
+            "bytes one stored response may take (its body, input and output items); a "
+            "larger one is a 400 `stored_response_too_large`",
+            section="tenants",
+            default_note="16 MiB",
+        ),
+    ] = 16 * 1024 * 1024
+    max_response_chain: Annotated[
+        int,
+        Flag(
+            "responses one `previous_response_id` chain may hold, the new one included; a "
+            "longer one is a 400 `response_chain_too_long`",
+            section="tenants",
+        ),
+    ] = 100
+    max_response_chain_bytes: Annotated[
+        int,
+        Flag(
+            "bytes of the stored input and output items one chain may carry; more is a 400 "
+            "`response_chain_too_long`",
+            section="tenants",
+            default_note="32 MiB",
+        ),
+    ] = 32 * 1024 * 1024
     config: Annotated[
         str | None,
         Flag(

@@ -15,6 +15,10 @@ down by the caller (a session-scoped real engine outlives many clients).
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -49,6 +53,15 @@ class AppClient(httpx.AsyncClient):
         self.app = app
 
 
+@functools.cache
+def scratch_data_dir() -> str:
+    """A data directory for apps built with default settings, this process's own: what
+    they store (responses) never lands in the user's `~/.local/share/lilac-serve`."""
+    path = tempfile.mkdtemp(prefix="lilac-test-data-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 @asynccontextmanager
 async def app_client(
     engine: Engine | None,
@@ -59,7 +72,8 @@ async def app_client(
     timeout: float = 5.0,
 ) -> AsyncIterator[AppClient]:
     """The app of `create_app(settings, engine=engine, models=models, probe=probe)`
-    behind a client."""
+    behind a client; default settings keep their data in `scratch_data_dir()`."""
+    settings = settings or Settings(data_dir=scratch_data_dir())
     app = create_app(settings, engine=engine, models=models, probe=probe)
     async with AppClient(app, timeout=timeout) as client:
         yield client

@@ -15,7 +15,9 @@ from prometheus_client import CollectorRegistry
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.messages import MessagesService
+from app.services.responses import ResponsesService
 from app.storage.files import FileStore
+from app.storage.responses import ResponseStore
 from app.tenancy.service import Tenancy
 from app.uploads import FileLimits
 from engine.admission.runtime import AdmissionController
@@ -30,7 +32,9 @@ AdmissionDep = Annotated[AdmissionController, _app_wide]  # parameter `admission
 ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
 CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completions`
 MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
+ResponsesDep = Annotated[ResponsesService, _app_wide]  # parameter `responses`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
 FileStoreDep = Annotated[FileStore, _app_wide]  # parameter `file_store`
 FileLimitsDep = Annotated[FileLimits, _app_wide]  # parameter `file_limits`
+ResponseStoreDep = Annotated[ResponseStore, _app_wide]  # parameter `response_store`
 TenancyDep = Annotated[Tenancy, _app_wide]  # parameter `tenancy`: keys, limits, usage

@@ -42,6 +42,14 @@ class TenantDatabase:
     def opened(self) -> bool:
         return self._engine is not None
 
+    def exists(self) -> bool:
+        """Opened, or there to open: a database server's URL, or a SQLite file already
+        made. Maintenance (purging expired rows) opens only a database that exists."""
+        if self._engine is not None:
+            return True
+        path = sqlite_path(self.url)
+        return path is None or path.expanduser().exists()
+
     async def close(self, *, owned: bool = True) -> None:
         """Close the pool this object opened (`owned`: not one handed in and shared)."""
         if self._engine is not None and owned:

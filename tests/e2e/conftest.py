@@ -18,9 +18,11 @@ ALLOWED_ORIGIN = "http://app.example"
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    workdir = tmp_path_factory.mktemp("server")
     running = start_lilac(
-        tmp_path_factory.mktemp("server"),
-        extra_args=("--allowed-origins", ALLOWED_ORIGIN),
+        workdir,
+        # Its own data directory: what it stores (responses) is this session's alone.
+        extra_args=("--allowed-origins", ALLOWED_ORIGIN, "--data-dir", str(workdir / "data")),
         extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
     )
     yield running

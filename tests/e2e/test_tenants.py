@@ -167,6 +167,47 @@ def test_files_of_two_tenants(tenants: TenantServer, tmp_path: Path) -> None:
         alice.files.retrieve(made.id)
 
 
+def test_stored_responses_belong_to_their_key(tenants: TenantServer) -> None:
+    """Through the real model, in the keys database: a response stored by default is
+    retrieved, listed, continued and deleted by the key that made it; another key gets a
+    404 for each, and cannot continue it."""
+    alice = tenants.client(tenants.cli("keys", "create", "--name", "alice"))
+    bob = tenants.client(tenants.cli("keys", "create", "--name", "bob"))
+    ask = {"model": DEFAULT_MODEL_NAME, "max_output_tokens": 4, "temperature": 0}
+    first = alice.responses.create(input="Say hi.", **ask)
+    got = alice.responses.retrieve(first.id)
+    assert got.id == first.id and got.output_text == first.output_text
+    assert got.usage is not None and first.usage is not None
+    assert got.usage.output_tokens == first.usage.output_tokens
+    items = alice.responses.input_items.list(first.id)
+    assert [item.type for item in items.data] == ["message"] and not items.has_more
+    second = alice.responses.create(input="Again.", previous_response_id=first.id, **ask)
+    assert second.previous_response_id == first.id
+    assert second.usage is not None and second.usage.input_tokens > first.usage.input_tokens
+
+    foreign = [
+        lambda: bob.responses.retrieve(first.id),
+        lambda: bob.responses.input_items.list(first.id),
+        lambda: bob.responses.delete(first.id),
+        lambda: bob.responses.create(input="Mine now?", previous_response_id=first.id, **ask),
+    ]
+    for call in foreign:
+        with pytest.raises(openai.NotFoundError) as refused:
+            call()
+        assert refused.value.code == "response_not_found"
+    with sqlite3.connect(tenants.data / "lilac.db") as db:
+        owners = db.execute("SELECT owner, count(*) FROM stored_responses GROUP BY owner")
+        assert sorted(count for _, count in owners) == [2]  # alice's two; nothing of bob's
+
+    alice.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.retrieve(first.id)
+    assert alice.responses.retrieve(second.id).id == second.id
+    with pytest.raises(openai.NotFoundError) as broken:  # its chain lost its first response
+        alice.responses.create(input="More.", previous_response_id=second.id, **ask)
+    assert first.id in broken.value.message
+
+
 def _load(client: openai.OpenAI, seen: list[tuple[str, int, int]], stop: threading.Event) -> None:
     """Requests until `stop`; each one the client received whole goes into `seen`."""
     turn = 0

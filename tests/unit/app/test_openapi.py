@@ -4,7 +4,6 @@ in-process ASGI): no 5xx, and every response matches the document."""
 
 from __future__ import annotations
 
-import tempfile
 import time
 
 import httpx
@@ -23,6 +22,7 @@ from app.main import create_app
 from app.openapi import ROUTES, document
 from app.settings import Settings
 from engine.scripted import ScriptedEngine
+from tests.client import scratch_data_dir
 
 EXAMPLES_PER_OPERATION = 20
 CASES: list[str] = []  # one entry per case run, for the count below
@@ -75,8 +75,8 @@ def test_prompt_logprobs_are_documented() -> None:
     assert set(schemas["PromptLogprob"]["required"]) == {"logprob", "rank", "decoded_token"}
 
 
-# Files the run uploads go to a database of its own, not the user's data directory.
-_settings = Settings(data_dir=tempfile.mkdtemp(prefix="lilac-openapi-"))
+# What the fuzzed requests store stays in a scratch folder, not the user's data directory.
+_settings = Settings(data_dir=scratch_data_dir())
 _app = create_app(_settings, engine=ScriptedEngine(served_names=("scripted",)))
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 # The coverage phase alone makes thousands of boundary cases (minutes here): the

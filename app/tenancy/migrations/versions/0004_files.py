@@ -1,7 +1,7 @@
 """Files: a row per file and its content in chunks of about a MiB.
 
 Revision ID: 0004_files
-Revises: 0002
+Revises: 0003_responses
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004_files"
-down_revision = "0002"
+down_revision = "0003_responses"
 branch_labels = None
 depends_on = None
 

@@ -17,6 +17,9 @@ from app.tenancy.db import DatabaseError, alembic_config, migrate, open_database
 
 
 async def test_migrating_again_is_a_no_op(database: AsyncEngine) -> None:
+
+    from app.tenancy.db import alembic_config
+
     await migrate(database)
     async with database.connect() as conn:
         revision = (await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).one()
@@ -109,8 +112,6 @@ async def test_a_database_at_the_first_revision_keeps_its_rows(database: AsyncEn
     again: the row is kept and the new columns are empty."""
     from alembic import command
     from sqlalchemy.engine import Connection
-
-    from app.tenancy.db import alembic_config
 
     def to(revision: str) -> object:
         def run(connection: Connection) -> None:
