@@ -327,6 +327,31 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             section="tenants",
         ),
     ] = 300.0
+    batch_concurrency: Annotated[
+        int,
+        Flag(
+            "batch lines one replica runs at once, at most (they also run only in "
+            "capacity no interactive request is waiting for)",
+            section="tenants",
+        ),
+    ] = 32
+    batch_lease_s: Annotated[
+        float,
+        Flag(
+            "seconds a replica's claim on a running batch line lasts unrenewed: a line "
+            "of a replica that died runs again on another after this",
+            section="tenants",
+        ),
+    ] = 60.0
+    replica_id: Annotated[
+        str | None,
+        Flag(
+            "this replica's name in batch line claims (replicas sharing a database need "
+            "distinct names)",
+            section="tenants",
+            default_doc="host name and process id",
+        ),
+    ] = None
     config: Annotated[
         str | None,
         Flag(

@@ -40,6 +40,11 @@ log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
 PREFILL_CONTEXTS = 1  # a client's admitted prompts not yet begun: at most this many contexts
+# Clients whose names start so are deferred work (batch lines): the lowest lane. Such a
+# ticket starts at once or not at all (it never waits in the queue, so no interactive
+# request ever waits behind one), and it may not take the last of the capacity.
+DEFERRED_PREFIX = "deferred:"
+DEFERRED_HEADROOM_DIVISOR = 8  # an eighth of the cap and of the KV budget stays interactive
 
 
 class AdmittedHost(ModelHost, Protocol):
@@ -96,6 +101,23 @@ class AdmissionController:
 
     def admitting(self) -> bool:
         return self.machine.state in ADMITTING
+
+    def interactive_waiting(self) -> bool:
+        """Whether an interactive request waits in the queue (deferred work never does)."""
+        return any(not t.client.startswith(DEFERRED_PREFIX) for t in self.queue.waiting)
+
+    def deferred_room(self) -> int:
+        """How many deferred generations may start now: none unless admitting with the
+        engine running and no request waiting; then the free part of the cap and of the
+        KV budget, less the headroom kept for interactive requests."""
+        if not self.admitting() or self.engine_paused or self.queue.waiting:
+            return 0
+        cap = self._cap()
+        room = cap - max(1, cap // DEFERRED_HEADROOM_DIVISOR) - len(self.queue.running)
+        budget = self.queue.kv_budget
+        if budget > 0 and self.queue.tokens_in_use >= budget - budget // DEFERRED_HEADROOM_DIVISOR:
+            return 0
+        return max(0, room)
 
     def retry_after_s(self) -> float:
         return max(1.0, self.machine.retry_after_s(self._clock()))
@@ -291,6 +313,10 @@ class AdmissionController:
         except AdmissionRejected as exc:
             self._count_rejection(exc.code)
             raise
+        if not started and client.startswith(DEFERRED_PREFIX):
+            self.queue.withdraw(ticket.id)  # deferred work never queues
+            self._count_rejection("deferred_no_room")
+            raise refusals.no_room_for_deferred()
         if not started:
             await self._wait(ticket)
         lease = Lease(ticket, request_id, self._drained_error, self._prefilled)

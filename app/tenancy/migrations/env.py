@@ -3,6 +3,8 @@ The caller hands over a live connection in `config.attributes["connection"]`."""
 
 from alembic import context
 
+# Tables defined beside their code register on the same metadata when imported.
+import app.deferred.schema  # noqa: F401
 from app.tenancy.schema import metadata
 
 connection = context.config.attributes.get("connection")
