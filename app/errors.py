@@ -112,6 +112,54 @@ class TooManyRequests(APIError):
         self.retry_after = max(1, math.ceil(retry_after))
 
 
+class FileNotFound(APIError):
+    """A file id that is unknown, or another owner's (the same answer: a key learns
+    nothing of other keys' files)."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+
+    def __init__(self, file_id: str, param: str = "file_id") -> None:
+        shown = file_id if len(file_id) <= 64 else file_id[:64] + "..."
+        super().__init__(f"No such File object: {shown}", param=param, code="file_not_found")
+
+
+class PayloadTooLarge(APIError):
+    """A body over its bound, refused while it streams in (what came is dropped)."""
+
+    status_code = 413
+    error_type = "invalid_request_error"
+
+
+class NotMultipart(APIError):
+    """An upload that is not `multipart/form-data`."""
+
+    status_code = 415
+    error_type = "invalid_request_error"
+
+    def __init__(self, content_type: str) -> None:
+        shown = f"`{content_type}`" if content_type else "no Content-Type"
+        super().__init__(
+            "Upload files as `multipart/form-data` with a `file` part and a `purpose` "
+            f"field; got {shown}.",
+            code="unsupported_media_type",
+        )
+
+
+class InvalidFileLine(InvalidRequest):
+    """A line of an uploaded batch file that cannot run: the message names the line
+    (1-based, counting every line of the file) and, once known, its `custom_id`."""
+
+    def __init__(self, line: int, custom_id: str | None, problem: str) -> None:
+        where = f"line {line}"
+        if custom_id is not None:
+            shown = custom_id if len(custom_id) <= 64 else custom_id[:64] + "..."
+            where += f" (custom_id {shown!r})"
+        super().__init__(f"{where}: {problem}", param="file", code="invalid_batch_line")
+        self.line = line
+        self.custom_id = custom_id
+
+
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -110,4 +111,39 @@ usage_refusals = Table(
     Column("day", String(10), nullable=False),
     Column("count", BigInteger().with_variant(Integer, "sqlite"), nullable=False),
     Index("ix_usage_refusals_minute", "minute"),
+)
+
+# Files (the Files API): one row per file, its content in `file_chunks` rows of about a
+# MiB, so that every replica sharing the database reads the same files. A file is
+# `uploading` while its chunks are written (each in a short transaction of its own, so
+# that a large file never holds SQLite's write lock for long) and `processed` once whole;
+# only processed files are seen. `pk` orders the files (pagination's cursor).
+FILE_ID_CHARS = 40
+FILENAME_CHARS = 255
+OWNER_CHARS = 64
+
+files = Table(
+    "files",
+    metadata,
+    Column("pk", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("id", String(FILE_ID_CHARS), nullable=False, unique=True),
+    Column("owner", String(OWNER_CHARS), nullable=False),
+    Column("purpose", String(32), nullable=False),
+    Column("filename", String(FILENAME_CHARS), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("line_count", Integer, nullable=False),
+    Column("chunks", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=True),
+    Index("ix_files_owner_pk", "owner", "pk"),
+    Index("ix_files_status_created_at", "status", "created_at"),
+)
+
+file_chunks = Table(
+    "file_chunks",
+    metadata,
+    Column("file_pk", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
 )

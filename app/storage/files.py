@@ -1,0 +1,301 @@
+"""Files, stored in the tenant database: what `/v1/files` uploads and serves, and what
+batches read their input from and write their output and error files to.
+
+Content lives in the database in chunks of `CHUNK_BYTES`, not on one machine's disk, so
+every replica sharing PostgreSQL reads the same files. A file is written in short
+transactions, one per chunk, while its row says `uploading` (a large file must not hold
+SQLite's single write lock for long, which would stall usage writes); a last one marks
+it `processed` and only then can it be seen. A write that fails removes what it wrote; one
+cut by a crash is removed by a later write once `STALE_UPLOAD_S` have passed.
+
+Reads go a chunk at a time (`lines`, `content`): a file is never whole in memory. Every
+read names its owner: another owner's file is `FileNotFound`, as an unknown one is.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import dataclass
+
+from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.errors import FileNotFound
+from app.storage.database import TenantDatabase
+from app.storage.lines import LineCounter, LineSplitter
+from app.tenancy.schema import FILENAME_CHARS, file_chunks, files
+
+__all__ = ["CHUNK_BYTES", "FileNotFound", "FileObject", "FileStore", "new_file_id"]
+
+CHUNK_BYTES = 1024 * 1024
+# An `uploading` file older than this was cut by a crash: the next write removes it.
+STALE_UPLOAD_S = 24 * 3600.0
+PROCESSED = "processed"
+UPLOADING = "uploading"
+
+
+@dataclass(frozen=True, slots=True)
+class FileObject:
+    """OpenAI's File object, plus `line_count`: the file's non-blank lines (for a
+    batch input file, its requests)."""
+
+    id: str
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: str
+    line_count: int
+    status: str = PROCESSED
+    expires_at: int | None = None
+    object: str = "file"
+
+
+def new_file_id() -> str:
+    return "file-" + secrets.token_hex(12)
+
+
+def _object(row: Row[tuple[object, ...]]) -> FileObject:
+    m = row._mapping
+    expires = m["expires_at"]
+    return FileObject(
+        id=m["id"],
+        bytes=int(m["bytes"]),
+        created_at=int(m["created_at"]),
+        filename=m["filename"],
+        purpose=m["purpose"],
+        line_count=int(m["line_count"]),
+        status=m["status"],
+        expires_at=None if expires is None else int(expires),
+    )
+
+
+class FileStore:
+    """Files per owner in the tenant database; injected into routes as `file_store`."""
+
+    def __init__(
+        self,
+        database: TenantDatabase,
+        *,
+        chunk_bytes: int = CHUNK_BYTES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.database = database
+        self.chunk_bytes = chunk_bytes
+        self._clock = clock
+
+    async def create(
+        self,
+        owner: str,
+        purpose: str,
+        filename: str,
+        content: bytes,
+        *,
+        line_count: int | None = None,
+    ) -> FileObject:
+        """A file of `content`; `line_count` when the caller counted them already."""
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for start in range(0, len(content), self.chunk_bytes):
+                yield content[start : start + self.chunk_bytes]
+
+        return await self.create_from_chunks(
+            owner, purpose, filename, pieces(), line_count=line_count
+        )
+
+    async def create_from_lines(
+        self, owner: str, purpose: str, filename: str, lines: AsyncIterable[bytes]
+    ) -> FileObject:
+        """A file of `lines`, each written followed by a newline (one is added where
+        the line lacks it), streamed to the database a chunk at a time."""
+
+        async def terminated() -> AsyncIterator[bytes]:
+            async for line in lines:
+                yield line if line.endswith(b"\n") else line + b"\n"
+
+        return await self.create_from_chunks(owner, purpose, filename, terminated())
+
+    async def create_from_chunks(
+        self,
+        owner: str,
+        purpose: str,
+        filename: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        line_count: int | None = None,
+    ) -> FileObject:
+        """A file whose content is `chunks` joined (of any sizes: they are regrouped
+        into chunks of `chunk_bytes`)."""
+        engine = await self.database.engine()
+        now = self._clock()
+        await self._remove_stale(engine, now)
+        file_id = new_file_id()
+        name = filename[:FILENAME_CHARS]
+        async with engine.begin() as conn:
+            result = await conn.execute(
+                insert(files).values(
+                    id=file_id, owner=owner, purpose=purpose, filename=name, bytes=0,
+                    line_count=0, chunks=0, status=UPLOADING, created_at=now, expires_at=None,
+                )  # fmt: skip
+            )
+            pk = result.inserted_primary_key[0]
+        try:
+            size, counted, chunk_count = await self._write_chunks(engine, pk, chunks)
+            async with engine.begin() as conn:
+                await conn.execute(
+                    update(files)
+                    .where(files.c.pk == pk)
+                    .values(
+                        bytes=size,
+                        chunks=chunk_count,
+                        line_count=counted if line_count is None else line_count,
+                        status=PROCESSED,
+                    )
+                )
+        except BaseException:
+            await self._remove(engine, pk)
+            raise
+        return FileObject(
+            id=file_id,
+            bytes=size,
+            created_at=int(now),
+            filename=name,
+            purpose=purpose,
+            line_count=counted if line_count is None else line_count,
+        )
+
+    async def _write_chunks(
+        self, engine: AsyncEngine, pk: int, chunks: AsyncIterable[bytes]
+    ) -> tuple[int, int, int]:
+        """Write `chunks` regrouped; (bytes, non-blank lines, chunks written). Each byte
+        is copied once into the chunk being filled, whatever the sizes handed in."""
+        counter = LineCounter()
+        filling = bytearray()
+        size = seq = 0
+        async for chunk in chunks:
+            counter.feed(chunk)
+            size += len(chunk)
+            view, offset = memoryview(chunk), 0
+            while len(filling) + len(view) - offset >= self.chunk_bytes:
+                take = self.chunk_bytes - len(filling)
+                filling += view[offset : offset + take]
+                offset += take
+                await self._write_chunk(engine, pk, seq, bytes(filling))
+                seq += 1
+                filling = bytearray()
+            filling += view[offset:]
+        if filling:
+            await self._write_chunk(engine, pk, seq, bytes(filling))
+            seq += 1
+        return size, counter.finish(), seq
+
+    @staticmethod
+    async def _write_chunk(engine: AsyncEngine, pk: int, seq: int, data: bytes) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(insert(file_chunks).values(file_pk=pk, seq=seq, data=data))
+
+    async def get(self, owner: str, file_id: str) -> FileObject:
+        """The file, if `owner`'s and whole; else `FileNotFound`."""
+        row = await self._row(owner, file_id)
+        return _object(row)
+
+    async def _row(self, owner: str, file_id: str) -> Row[tuple[object, ...]]:
+        engine = await self.database.engine()
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(files).where(
+                        files.c.id == file_id, files.c.owner == owner, files.c.status == PROCESSED
+                    )
+                )
+            ).first()
+        if row is None:
+            raise FileNotFound(file_id)
+        return row
+
+    async def content(self, owner: str, file_id: str) -> AsyncIterator[bytes]:
+        """The raw content, a stored chunk at a time (each read on its own, so a large
+        file is never whole in memory nor a long read transaction)."""
+        row = await self._row(owner, file_id)
+        engine = await self.database.engine()
+        pk, count = row._mapping["pk"], int(row._mapping["chunks"])
+        for seq in range(count):
+            async with engine.connect() as conn:
+                data = (
+                    await conn.execute(
+                        select(file_chunks.c.data).where(
+                            file_chunks.c.file_pk == pk, file_chunks.c.seq == seq
+                        )
+                    )
+                ).scalar_one_or_none()
+            if data is None:  # deleted while being read
+                raise FileNotFound(file_id)
+            yield bytes(data)
+
+    async def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]:
+        """The non-blank lines, without their line endings, streamed (as many as the
+        file's `line_count`)."""
+        splitter = LineSplitter()
+        async for chunk in self.content(owner, file_id):
+            for _, line in splitter.feed(chunk):
+                yield line
+        last = splitter.finish()
+        if last is not None:
+            yield last[1]
+
+    async def list(
+        self, owner: str, purpose: str | None, after: str | None, limit: int, order: str
+    ) -> list[FileObject]:
+        """`owner`'s files, newest first (`order` "desc") or oldest first ("asc"), after
+        the file `after` in that order (`FileNotFound` with param `after` for an id
+        that is not the owner's), at most `limit`."""
+        engine = await self.database.engine()
+        conditions = [files.c.owner == owner, files.c.status == PROCESSED]
+        if purpose is not None:
+            conditions.append(files.c.purpose == purpose)
+        descending = order != "asc"
+        async with engine.connect() as conn:
+            if after is not None:
+                cursor = (
+                    await conn.execute(
+                        select(files.c.pk).where(files.c.id == after, files.c.owner == owner)
+                    )
+                ).scalar_one_or_none()
+                if cursor is None:
+                    raise FileNotFound(after, param="after")
+                conditions.append(files.c.pk < cursor if descending else files.c.pk > cursor)
+            statement = (
+                select(files)
+                .where(and_(*conditions))
+                .order_by(files.c.pk.desc() if descending else files.c.pk.asc())
+                .limit(limit)
+            )
+            rows = (await conn.execute(statement)).all()
+        return [_object(row) for row in rows]
+
+    async def delete(self, owner: str, file_id: str) -> None:
+        """Remove `owner`'s file and its content; `FileNotFound` if there is none."""
+        row = await self._row(owner, file_id)
+        await self._remove(await self.database.engine(), row._mapping["pk"])
+
+    @staticmethod
+    async def _remove(engine: AsyncEngine, pk: int) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(delete(file_chunks).where(file_chunks.c.file_pk == pk))
+            await conn.execute(delete(files).where(files.c.pk == pk))
+
+    async def _remove_stale(self, engine: AsyncEngine, now: float) -> None:
+        """Remove files a crash left `uploading` for longer than `STALE_UPLOAD_S`."""
+        async with engine.connect() as conn:
+            stale = (
+                await conn.execute(
+                    select(files.c.pk).where(
+                        files.c.status == UPLOADING, files.c.created_at < now - STALE_UPLOAD_S
+                    )
+                )
+            ).scalars()
+            pks = list(stale)
+        for pk in pks:
+            await self._remove(engine, pk)
