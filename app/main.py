@@ -35,6 +35,7 @@ from app.openapi import openapi_json
 from app.routes.admin import admin_router
 from app.routes.admin_keys import admin_keys_router
 from app.routes.admin_models import admin_models_router
+from app.routes.batches import batch_routes
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.health import health, liveness, metrics
@@ -42,6 +43,7 @@ from app.routes.messages import count_message_tokens, create_message
 from app.routes.models import list_models, retrieve_model
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
+from app.services.batch_setup import build_batches
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
@@ -181,6 +183,7 @@ def create_app(
         await admission.start()
         lag_sampler = asyncio.create_task(loop_lag.run())
         await tenancy.start()
+        batch_runner.start()
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -191,6 +194,7 @@ def create_app(
             lag_sampler.cancel()
             if watcher is not None:
                 watcher.cancel()
+            await batch_runner.close()  # running lines are released for a later run
             await admission.close()
             await tenancy.close()  # usage still queued is written (SIGTERM flushes)
             await tenant_data.close(owned=shared_pool is None)
@@ -208,6 +212,10 @@ def create_app(
         "registry": server_metrics.registry,
         "tenant_data": tenant_data,
     }
+    # Batches: deferred work on the capacity interactive requests leave.
+    services["batches"], batch_runner = build_batches(
+        settings, tenant_data, services, admission, tenancy.store
+    )
     app = Litestar(
         route_handlers=[
             create_chat_completion,
@@ -225,6 +233,7 @@ def create_app(
             admin_router(settings.resolved_admin_key()),
             admin_keys_router(settings.resolved_admin_key()),
             admin_models_router(settings.resolved_admin_key()),
+            *batch_routes,
         ],
         middleware=[lambda app: AuthMiddleware(app, tenancy)],
         dependencies={name: _provide(service) for name, service in services.items()},
@@ -242,6 +251,7 @@ def create_app(
                 "settings": settings,
                 "metrics": server_metrics,
                 "tenancy": tenancy,
+                "batch_runner": batch_runner,
             }
         ),
         openapi_config=None,

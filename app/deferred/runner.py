@@ -58,6 +58,8 @@ class Capacity(Protocol):
 
     def deferred_room(self) -> int: ...
 
+    def deferred_running(self) -> int: ...
+
     def interactive_waiting(self) -> bool: ...
 
 
@@ -113,6 +115,7 @@ class DeferredRunner:
         self._exhausted: set[str] = set()  # runnable jobs with no line to claim now
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._releases: set[asyncio.Task[bool]] = set()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -166,8 +169,14 @@ class DeferredRunner:
             for running in list(self.running.values()):
                 running.task.cancel()
         elif self.capacity.interactive_waiting():
-            newest = max(self.running.values(), key=lambda r: r.started)
-            newest.task.cancel()
+            self.make_room()
+
+    def make_room(self) -> None:
+        """An interactive request waits: cut the newest line not already being cut (its
+        slot is free as soon as the engine drops it)."""
+        live = [r for r in self.running.values() if not r.task.cancelling()]
+        if live:
+            max(live, key=lambda r: r.started).task.cancel()
 
     async def _tend_jobs(self) -> None:
         jobs: list[Job] = []
@@ -185,8 +194,14 @@ class DeferredRunner:
                 queued += counts[job.id].by_state.get("pending", 0)
         self.stats.queued = queued
 
+    def _room(self) -> int:
+        """Lines that may start now: within the concurrency flag and admission's room for
+        deferred work, less this runner's lines started but not yet admitted."""
+        starting = max(0, len(self.running) - self.capacity.deferred_running())
+        return min(self.concurrency - len(self.running), self.capacity.deferred_room() - starting)
+
     async def _fill(self) -> None:
-        room = min(self.concurrency - len(self.running), self.capacity.deferred_room())
+        room = self._room()
         while room > 0:
             plan = self._plan(room)
             if not plan:
@@ -201,7 +216,7 @@ class DeferredRunner:
                 started += len(lines)
             if started == 0:
                 return
-            room = min(self.concurrency - len(self.running), self.capacity.deferred_room())
+            room = self._room()
 
     def _plan(self, room: int) -> list[tuple[Job, int]]:
         """Spare slots by key in turn, then by job within a key."""
@@ -227,6 +242,19 @@ class DeferredRunner:
     def _start(self, job: Job, line: Line) -> None:
         task = asyncio.get_running_loop().create_task(self._line(job, line))
         self.running[(job.id, line.seq)] = Running(job, line, task, self._clock())
+        task.add_done_callback(lambda _: self._never_ran(job, line))
+
+    def _never_ran(self, job: Job, line: Line) -> None:
+        """A line cut before its task took its first step (its body never ran): release
+        it here, or it would wait for its lease to run out."""
+        if self.running.pop((job.id, line.seq), None) is None:
+            return
+        self.stats.cut += 1
+        release = asyncio.get_running_loop().create_task(
+            self.store.release(job.id, line.seq, self.replica)
+        )
+        self._releases.add(release)
+        release.add_done_callback(self._releases.discard)
 
     async def _line(self, job: Job, line: Line) -> None:
         handler = self.handlers[job.kind]
@@ -259,9 +287,11 @@ class DeferredRunner:
         tasks = [running.task for running in self.running.values()]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.drain_lines(tasks)
 
-    async def drain_lines(self) -> None:
-        """Wait for the lines running now (tests; a graceful stop waits via `close`)."""
-        tasks = [running.task for running in self.running.values()]
+    async def drain_lines(self, tasks: list[asyncio.Task[None]] | None = None) -> None:
+        """Wait for the lines running now to end, and their releases."""
+        if tasks is None:
+            tasks = [running.task for running in self.running.values()]
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._releases, return_exceptions=True)

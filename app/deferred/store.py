@@ -139,7 +139,7 @@ class DeferredStore:
             row = (await conn.execute(statement)).first()
         return _job(row) if row is not None else None
 
-    async def list(
+    async def list_jobs(
         self,
         kind: str,
         owner: str | None,

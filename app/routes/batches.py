@@ -41,7 +41,10 @@ async def retrieve_batch(
 
 @get("/v1/batches")
 async def list_batches(
-    request: Request[Any, Any, Any], batches: BatchesDep, after: str | None = None, limit: str = "20"
+    request: Request[Any, Any, Any],
+    batches: BatchesDep,
+    after: str | None = None,
+    limit: str = "20",
 ) -> Response[bytes]:
     try:
         count = int(limit)
@@ -49,7 +52,7 @@ async def list_batches(
         count = 0
     if not 1 <= count <= MAX_LIMIT:
         raise InvalidRequest(f"`limit` must be an integer from 1 to {MAX_LIMIT}.", param="limit")
-    return _json(await batches.list(request_key(request), after, count))
+    return _json(await batches.list_batches(request_key(request), after, count))
 
 
 @post("/v1/batches/{batch_id:str}/cancel", status_code=200)

@@ -47,8 +47,8 @@ class BatchJobs:
     """The runner's handler of `batch` jobs."""
 
     kind = KIND
-    active_states = ("in_progress", "cancelling", "finalizing")
-    runnable_states = ("in_progress",)
+    active_states: tuple[str, ...] = ("in_progress", "cancelling", "finalizing")
+    runnable_states: tuple[str, ...] = ("in_progress",)
 
     def __init__(
         self,

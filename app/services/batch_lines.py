@@ -55,8 +55,11 @@ class LineMeter:
     def __init__(self) -> None:
         self.generation: Any = None
 
-    async def finish(self) -> None:
+    async def finish(self, exc: BaseException | None = None) -> None:
         """The usage row is written with the line's answer, not here."""
+
+    def abandon(self, exc: BaseException) -> None:
+        """A line cut or failed is billed when (and if) it is answered."""
 
 
 def output_line(

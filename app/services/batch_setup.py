@@ -16,6 +16,7 @@ from app.services.batch_lines import LineRunner
 from app.services.batches import BatchService
 from app.settings import Settings
 from app.storage.database import TenantDatabase
+from app.storage.files import FileStore
 from app.tenancy.db import sqlite_path
 from app.tenancy.keys import KeyStore
 from engine.admission.runtime import AdmissionController
@@ -37,11 +38,12 @@ def has_database(database: TenantDatabase) -> bool:
 def build_batches(
     settings: Settings,
     database: TenantDatabase,
-    files: Files,
     services: dict[str, Any],
     admission: AdmissionController,
     keys: KeyStore | None,
 ) -> tuple[BatchService, DeferredRunner]:
+    # The files the API serves (`file_store`), else a store over the same database.
+    files: Files = services.get("file_store") or FileStore(database)
     store = DeferredStore(database)
     replica = replica_name(settings)
     lines = LineRunner(
@@ -57,4 +59,5 @@ def build_batches(
         lease_s=settings.batch_lease_s,
         should_poll=lambda: has_database(database),
     )
+    admission.interactive_queued.append(runner.make_room)
     return BatchService(store, files, runner), runner

@@ -133,8 +133,8 @@ class BatchService:
         counts = await self.store.counts([job.id])
         return wire(job, counts[job.id])
 
-    async def list(self, key: KeyRecord | None, after: str | None, limit: int) -> BatchList:
-        jobs = await self.store.list(KIND, owner_of(key), after=after, limit=limit + 1)
+    async def list_batches(self, key: KeyRecord | None, after: str | None, limit: int) -> BatchList:
+        jobs = await self.store.list_jobs(KIND, owner_of(key), after=after, limit=limit + 1)
         return await self.page(jobs, limit)
 
     async def page(self, jobs: list[Job], limit: int) -> BatchList:

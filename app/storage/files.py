@@ -136,8 +136,16 @@ class FileStore:
         async with engine.begin() as conn:
             result = await conn.execute(
                 insert(files).values(
-                    id=file_id, owner=owner, purpose=purpose, filename=name, bytes=0,
-                    line_count=0, chunks=0, status=UPLOADING, created_at=now, expires_at=None,
+                    id=file_id,
+                    owner=owner,
+                    purpose=purpose,
+                    filename=name,
+                    bytes=0,
+                    line_count=0,
+                    chunks=0,
+                    status=UPLOADING,
+                    created_at=now,
+                    expires_at=None,
                 )  # fmt: skip
             )
             pk = result.inserted_primary_key[0]

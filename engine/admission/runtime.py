@@ -89,6 +89,8 @@ class AdmissionController:
         # "return" (admitting again -> engine resumed) and "queue_wait" (per admitted
         # request, in its own task); metrics and the access log listen.
         self.observers: list[Callable[[str, float], None]] = []
+        # Called when an interactive request has to queue: deferred work makes room.
+        self.interactive_queued: list[Callable[[], None]] = []
         self.interference_s = 0.0  # time the owner was active or light while we ran
         self._reclaimed_at: float | None = None
         self._last_observed: float | None = None
@@ -106,6 +108,10 @@ class AdmissionController:
         """Whether an interactive request waits in the queue (deferred work never does)."""
         return any(not t.client.startswith(DEFERRED_PREFIX) for t in self.queue.waiting)
 
+    def deferred_running(self) -> int:
+        """Deferred generations admitted and running now."""
+        return sum(t.client.startswith(DEFERRED_PREFIX) for t in self.queue.running.values())
+
     def deferred_room(self) -> int:
         """How many deferred generations may start now: none unless admitting with the
         engine running and no request waiting; then the free part of the cap and of the
@@ -113,7 +119,7 @@ class AdmissionController:
         if not self.admitting() or self.engine_paused or self.queue.waiting:
             return 0
         cap = self._cap()
-        room = cap - max(1, cap // DEFERRED_HEADROOM_DIVISOR) - len(self.queue.running)
+        room = cap - cap // DEFERRED_HEADROOM_DIVISOR - len(self.queue.running)
         budget = self.queue.kv_budget
         if budget > 0 and self.queue.tokens_in_use >= budget - budget // DEFERRED_HEADROOM_DIVISOR:
             return 0
@@ -318,6 +324,8 @@ class AdmissionController:
             self._count_rejection("deferred_no_room")
             raise refusals.no_room_for_deferred()
         if not started:
+            for listener in self.interactive_queued:
+                listener()
             await self._wait(ticket)
         lease = Lease(ticket, request_id, self._drained_error, self._prefilled)
         self._leases[ticket.id] = lease

@@ -1,7 +1,7 @@
 """Deferred work (batches): jobs and their lines, and the batch of a usage row.
 
 Revision ID: 0005_batches
-Revises: 0002
+Revises: 0004_files
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005_batches"
-down_revision = "0002"
+down_revision = "0004_files"
 branch_labels = None
 depends_on = None
 

@@ -141,9 +141,9 @@ async def test_jobs_are_listed_newest_first_by_page_and_owner(database: AsyncEng
     for i in range(5):
         await store.create(job(f"batch_{i}", created=1000.0 + i), [])
     await store.create(job("batch_other", owner="k2", created=2000.0), [])
-    page = await store.list("batch", "k1", limit=2)
+    page = await store.list_jobs("batch", "k1", limit=2)
     assert [j.id for j in page] == ["batch_4", "batch_3"]
-    page = await store.list("batch", "k1", after="batch_3", limit=10)
+    page = await store.list_jobs("batch", "k1", after="batch_3", limit=10)
     assert [j.id for j in page] == ["batch_2", "batch_1", "batch_0"]
     assert await store.get("batch_other", "k1") is None
     assert (await store.get("batch_other", "k2")) is not None

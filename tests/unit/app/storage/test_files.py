@@ -30,7 +30,9 @@ async def collect(chunks: AsyncIterator[bytes]) -> list[bytes]:
 async def count_rows(database: AsyncEngine) -> tuple[int, int]:
     async with database.connect() as conn:
         file_rows = (await conn.execute(select(func.count()).select_from(files))).scalar_one()
-        chunk_rows = (await conn.execute(select(func.count()).select_from(file_chunks))).scalar_one()
+        chunk_rows = (
+            await conn.execute(select(func.count()).select_from(file_chunks))
+        ).scalar_one()
     return file_rows, chunk_rows
 
 
