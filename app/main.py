@@ -28,11 +28,13 @@ from app.errors import exception_handlers
 from app.loop_lag import LoopLagMonitor
 from app.model_specs import engine_settings, model_specs
 from app.observability import context, logs
+from app.observability.batch_metrics import BatchCollector
 from app.observability.metrics import ServerMetrics, UsageWriterCollector
 from app.observability.middleware import RequestObserver
 from app.observability.warm_metrics import WarmMetrics
 from app.openapi import openapi_json
 from app.routes.admin import admin_router
+from app.routes.admin_batches import admin_batches_router
 from app.routes.admin_keys import admin_keys_router
 from app.routes.admin_models import admin_models_router
 from app.routes.batches import batch_routes
@@ -216,6 +218,7 @@ def create_app(
     services["batches"], batch_runner = build_batches(
         settings, tenant_data, services, admission, tenancy.store
     )
+    server_metrics.registry.register(BatchCollector(batch_runner))
     app = Litestar(
         route_handlers=[
             create_chat_completion,
@@ -234,6 +237,7 @@ def create_app(
             admin_keys_router(settings.resolved_admin_key()),
             admin_models_router(settings.resolved_admin_key()),
             *batch_routes,
+            admin_batches_router(settings.resolved_admin_key()),
         ],
         middleware=[lambda app: AuthMiddleware(app, tenancy)],
         dependencies={name: _provide(service) for name, service in services.items()},

@@ -278,6 +278,18 @@ ROUTES = (
     ),
     Route(
         "get",
+        "/admin/batches",
+        "Every key's batches, newest first, and this replica's runner (admin key)",
+        ok=STATUS_OBJECT,
+        errors=ADMIN_ERRORS,
+        params=(
+            ("status", "query", {"type": "string"}),
+            ("after", "query", {"type": "string"}),
+            ("limit", "query", {"type": "integer"}),
+        ),
+    ),
+    Route(
+        "get",
         "/admin/usage",
         "Usage by key, model, day or batch (admin key)",
         ok=STATUS_OBJECT,

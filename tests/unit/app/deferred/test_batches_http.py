@@ -21,9 +21,8 @@ from app.deferred.runner import DeferredRunner
 from app.storage.files import FileStore
 from app.tenancy.report import summarize
 from app.tenancy.schema import usage
-from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
-from tests.unit.app.tenancy.helpers import bearer, keyed_app, new_key
+from tests.unit.app.tenancy.helpers import ADMIN_KEY, bearer, keyed_app, new_key
 
 CHAT = "/v1/chat/completions"
 
@@ -374,5 +373,32 @@ async def test_a_reclaim_pauses_the_batch_and_lending_resumes_it(
         assert done["status"] == "completed" and done["request_counts"]["failed"] == 0
 
 
-def _unused(_: Tenancy) -> None:
-    """Keeps the import for type readers."""
+async def test_operators_see_every_batch_and_the_metrics(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    async with keyed_app(database, tmp_path / "spool.jsonl") as (http, tenancy):
+        key_a, secret_a = await new_key(tenancy)
+        key_b, secret_b = await new_key(tenancy)
+        first = await create(http, secret_a, await upload(http, key_a, [chat_line("a")]))
+        second = await create(http, secret_b, await upload(http, key_b, [chat_line("b")]))
+        await finished(http, secret_a, first)
+        await finished(http, secret_b, second)
+        assert (await http.get("/admin/batches")).status_code == 401
+        listing = await http.get("/admin/batches", headers=bearer(ADMIN_KEY))
+        assert listing.status_code == 200, listing.text
+        owners = {item["id"]: item["owner"] for item in listing.json()["data"]}
+        assert owners == {first["id"]: key_a, second["id"]: key_b}
+        assert listing.json()["runner"]["answered"] == 2
+        narrowed = await http.get("/admin/batches?status=in_progress", headers=bearer(ADMIN_KEY))
+        assert narrowed.json()["data"] == []
+        bad = await http.get("/admin/batches?status=nope", headers=bearer(ADMIN_KEY))
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "status"
+        text = (await http.get("/metrics")).text
+        assert "lilac_batch_lines_completed_total 2.0" in text
+        assert 'lilac_batch_lines{state="running"} 0.0' in text
+        completion = [
+            line
+            for line in text.splitlines()
+            if line.startswith('lilac_batch_tokens_total{kind="completion"}')
+        ]
+        assert completion and float(completion[0].split()[-1]) > 0
