@@ -40,6 +40,7 @@ from app.routes.admin_models import admin_models_router
 from app.routes.batches import batch_routes
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
+from app.routes.files import file_routes
 from app.routes.health import health, liveness, metrics
 from app.routes.messages import count_message_tokens, create_message
 from app.routes.models import list_models, retrieve_model
@@ -52,8 +53,10 @@ from app.services.images import ImageLimits, ImageLoader
 from app.services.messages import MessagesService
 from app.settings import Settings
 from app.storage.database import TenantDatabase
+from app.storage.files import FileStore
 from app.tenancy.middleware import AuthMiddleware
 from app.tenancy.service import Tenancy, database_url
+from app.uploads import FileLimits
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
@@ -213,6 +216,8 @@ def create_app(
         "messages": MessagesService(models, admission, images),
         "registry": server_metrics.registry,
         "tenant_data": tenant_data,
+        "file_store": FileStore(tenant_data),
+        "file_limits": FileLimits(settings.max_file_bytes, settings.max_file_lines),
     }
     # Batches: deferred work on the capacity interactive requests leave.
     services["batches"], batch_runner = build_batches(
@@ -233,6 +238,7 @@ def create_app(
             liveness,
             metrics,
             openapi_json,
+            *file_routes,
             admin_router(settings.resolved_admin_key()),
             admin_keys_router(settings.resolved_admin_key()),
             admin_models_router(settings.resolved_admin_key()),

@@ -22,6 +22,7 @@ from app.schemas.batches import Batch, BatchCreate, BatchList
 from app.schemas.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from app.schemas.completions import Completion, CompletionRequest
 from app.schemas.errors import ErrorEnvelope
+from app.schemas.files import FileDeleted, FileList, FileWire
 from app.schemas.messages import (
     AnthropicErrorEnvelope,
     CountTokensRequest,
@@ -45,8 +46,10 @@ ERRORS = {
     "400": "Invalid request: `param` names the field",
     "401": "Missing or wrong admin key",
     "403": "No admin key configured",
-    "404": "Unknown model or route",
+    "404": "Unknown model, file or route",
     "409": "The model's state refuses the operator's change (pinned, busy, yielded)",
+    "413": "An upload over `--max-file-bytes`, refused as it streams in",
+    "415": "A body of the wrong media type",
     "429": "Over the client's fair share of the queue (`Retry-After`)",
     "500": "Engine failure",
     "503": "Loading, draining, yielded to the GPU's owner, queue full or a model that "
@@ -57,6 +60,15 @@ ADMIN_ERRORS = ("400", "401", "403")
 KEY_ID = ("key_id", "path", {"type": "string"})
 MODEL_ID = ("model_id", "path", {"type": "string"})
 BATCH_ID = ("batch_id", "path", {"type": "string"})
+FILE_ID = ("file_id", "path", {"type": "string"})
+FILE_UPLOAD: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "file": {"type": "string", "format": "binary"},
+        "purpose": {"type": "string", "enum": ["batch"]},
+    },
+    "required": ["file", "purpose"],
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class Route:
     method: str
     path: str
     summary: str
-    body: type | None = None
+    body: type | dict[str, Any] | None = None  # a Struct, or an inline schema
     ok: type | dict[str, Any] | None = None  # a Struct, or an inline schema
     ok_media: str = JSON
     streams: Any = None  # the chunk type of `stream: true` (a Struct, or a union of them)
@@ -73,6 +85,7 @@ class Route:
     # (name, where, JSON schema): path and query parameters
     params: tuple[tuple[str, str, dict[str, Any]], ...] = ()
     error_body: type = ErrorEnvelope  # Anthropic's routes answer in Anthropic's shape
+    body_media: str = JSON  # the request body's media type
     stream_text: str = (
         "Server-sent events: `data: <{name}>` per chunk, `data: <ErrorEnvelope>` if the "
         "engine fails mid-stream, then `data: [DONE]`."
@@ -183,6 +196,54 @@ ROUTES = (
         ok=ModelCard,
         errors=("404",),
         params=(MODEL_ID,),
+    ),
+    Route(
+        "post",
+        "/v1/files",
+        "Upload a file (multipart: `file`, `purpose` `batch`); a batch file is checked "
+        "line by line",
+        FILE_UPLOAD,
+        FileWire,
+        body_media="multipart/form-data",
+        errors=("400", "413", "415"),
+    ),
+    Route(
+        "get",
+        "/v1/files",
+        "The key's files, a page at a time",
+        ok=FileList,
+        errors=("400", "404"),
+        params=(
+            ("purpose", "query", {"type": "string"}),
+            ("limit", "query", {"type": "integer", "minimum": 1, "maximum": 10000}),
+            ("after", "query", {"type": "string"}),
+            ("order", "query", {"type": "string", "enum": ["asc", "desc"]}),
+        ),
+    ),
+    Route(
+        "get",
+        "/v1/files/{file_id}",
+        "One of the key's files",
+        ok=FileWire,
+        errors=("404",),
+        params=(FILE_ID,),
+    ),
+    Route(
+        "get",
+        "/v1/files/{file_id}/content",
+        "A file's content, as uploaded or written",
+        ok={"type": "string", "format": "binary"},
+        ok_media="application/octet-stream",
+        errors=("404",),
+        params=(FILE_ID,),
+    ),
+    Route(
+        "delete",
+        "/v1/files/{file_id}",
+        "Delete one of the key's files",
+        ok=FileDeleted,
+        errors=("404",),
+        params=(FILE_ID,),
     ),
     Route(
         "get",
@@ -357,7 +418,7 @@ def _operation(route: Route) -> dict[str, Any]:
     if route.body is not None:
         operation["requestBody"] = {
             "required": True,
-            "content": {JSON: {"schema": _ref(route.body)}},
+            "content": {route.body_media: {"schema": _schema(route.body)}},
         }
     return operation
 

@@ -189,6 +189,19 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         float,
         Flag("seconds to fetch one image URL: resolving, connecting, redirects and body"),
     ] = 10.0
+    # Files (app.routes.files).
+    max_file_bytes: Annotated[
+        int,
+        Flag(
+            "size of one uploaded file (`POST /v1/files`); a larger upload is refused "
+            "(413) as it streams in",
+            default_note="100 MB",
+        ),
+    ] = 100_000_000
+    max_file_lines: Annotated[
+        int,
+        Flag("lines of one uploaded file (a batch's requests); more is refused (400)"),
+    ] = 50_000
     # Admission: lending the GPU while its owner does not need it (engine.admission).
     gpu_probe: Annotated[
         str | None,

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.messages import MessagesService
+from app.storage.files import FileStore
+from app.uploads import FileLimits
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
 from engine.warm.pool import ModelPool
@@ -28,3 +30,5 @@ ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
 CompletionsDep = Annotated[CompletionService, _app_wide]  # parameter `completions`
 MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
+FileStoreDep = Annotated[FileStore, _app_wide]  # parameter `file_store`
+FileLimitsDep = Annotated[FileLimits, _app_wide]  # parameter `file_limits`

@@ -146,9 +146,11 @@ class FileStore:
                     status=UPLOADING,
                     created_at=now,
                     expires_at=None,
-                )  # fmt: skip
+                )
             )
-            pk = result.inserted_primary_key[0]
+            inserted = result.inserted_primary_key
+            assert inserted is not None  # an insert of one row has its key
+            pk = int(inserted[0])
         try:
             size, counted, chunk_count = await self._write_chunks(engine, pk, chunks)
             async with engine.begin() as conn:

@@ -4,6 +4,7 @@ in-process ASGI): no 5xx, and every response matches the document."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 
 import httpx
@@ -74,7 +75,9 @@ def test_prompt_logprobs_are_documented() -> None:
     assert set(schemas["PromptLogprob"]["required"]) == {"logprob", "rank", "decoded_token"}
 
 
-_app = create_app(Settings(), engine=ScriptedEngine(served_names=("scripted",)))
+# Files the run uploads go to a database of its own, not the user's data directory.
+_settings = Settings(data_dir=tempfile.mkdtemp(prefix="lilac-openapi-"))
+_app = create_app(_settings, engine=ScriptedEngine(served_names=("scripted",)))
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 # The coverage phase alone makes thousands of boundary cases (minutes here): the
 # explicit examples and EXAMPLES_PER_OPERATION generated ones keep the run short.

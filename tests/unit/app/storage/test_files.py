@@ -4,7 +4,8 @@ another's; listing pages by cursor; a failed write leaves nothing behind."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from sqlalchemy import func, select
@@ -18,9 +19,9 @@ from app.tenancy.schema import file_chunks, files
 CHUNK = 64  # small chunks: a few hundred bytes span several rows
 
 
-def store_on(database: AsyncEngine, **options: object) -> FileStore:
+def store_on(database: AsyncEngine, clock: Callable[[], float] = time.time) -> FileStore:
     url = database.url.render_as_string(hide_password=False)
-    return FileStore(TenantDatabase(url, database), chunk_bytes=CHUNK, **options)  # type: ignore[arg-type]
+    return FileStore(TenantDatabase(url, database), chunk_bytes=CHUNK, clock=clock)
 
 
 async def collect(chunks: AsyncIterator[bytes]) -> list[bytes]:
