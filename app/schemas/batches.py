@@ -8,9 +8,6 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Raw, Struct
 
-# The endpoints a batch may run: the one list the API, validation and runner read.
-# (`/v1/responses` joins it once that endpoint is served.)
-BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 COMPLETION_WINDOWS = ("24h",)
 WINDOW_SECONDS = {"24h": 24 * 3600.0}
 MAX_METADATA_PAIRS = 16

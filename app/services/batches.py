@@ -17,7 +17,6 @@ from app.deferred.runner import DeferredRunner
 from app.deferred.store import DeferredStore, Job, LineCounts
 from app.errors import APIError, Conflict, InvalidRequest
 from app.schemas.batches import (
-    BATCH_ENDPOINTS,
     COMPLETION_WINDOWS,
     FINAL_STATUSES,
     MAX_METADATA_PAIRS,
@@ -31,6 +30,7 @@ from app.schemas.batches import (
     input_line_decoder,
     line_model_decoder,
 )
+from app.services.batch_input import BATCH_ENDPOINTS
 from app.services.batch_jobs import KIND, Files
 from app.storage.database import owner_of
 from app.tenancy.keys import KeyRecord
