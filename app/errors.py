@@ -18,8 +18,9 @@ from app.anthropic_errors import encode_anthropic, is_anthropic_path
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong
-from engine.admission.policy import AdmissionRejected, Drained
 from engine.errors import (
+    AdmissionRejected,
+    Drained,
     EngineError,
     EngineRequestError,
     EngineUnavailable,
@@ -49,6 +50,11 @@ class APIError(Exception):
         if self.retry_after is not None:
             body.retry_after = self.retry_after
         return body
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(self.retry_after)}
 
 
 class InvalidRequest(APIError):
@@ -83,6 +89,13 @@ class ModelNotFound(APIError):
         )
 
 
+class KeyNotFoundError(APIError):
+    """An operator named a key id that does not exist."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+
+
 class ServiceUnavailable(APIError):
     status_code = 503
     error_type = "service_unavailable"
@@ -92,6 +105,35 @@ class ServiceUnavailable(APIError):
     ) -> None:
         super().__init__(message, code=code)
         self.retry_after = max(1, math.ceil(retry_after))
+
+
+class InvalidKey(APIError):
+    """Missing, malformed, unknown or revoked: the client gets one message for all."""
+
+    status_code = 401
+    error_type = "invalid_request_error"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Incorrect API key provided. Send a valid key as `Authorization: Bearer <key>` "
+            "or `x-api-key: <key>`.",
+            code="invalid_api_key",
+        )
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class KeyStoreUnavailable(ServiceUnavailable):
+    """The key database cannot be read and no cached answer covers the key."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(
+            "The key store is unavailable; try again shortly.",
+            retry_after=1,
+            code="key_store_unavailable",
+        )
+        self.reason = reason
 
 
 class Conflict(APIError):
@@ -202,20 +244,19 @@ def _join(path: str, field: str) -> str:
 def error_response(error: APIError, anthropic: bool = False) -> Response[bytes]:
     """`anthropic`: the body in Anthropic's shape (its Messages API routes); the status
     and headers are the same."""
-    headers = {}
-    if error.retry_after is not None:
-        headers["Retry-After"] = str(error.retry_after)
-    content = (
-        encode_anthropic(error.status_code, error.message, error.param)
-        if anthropic
-        else encode_error(error.body())
-    )
     return Response(
-        content=content,
+        content=error_content(error, anthropic),
         status_code=error.status_code,
         media_type=MediaType.JSON,
-        headers=headers,
+        headers=error.headers(),
     )
+
+
+def error_content(error: APIError, anthropic: bool = False) -> bytes:
+    """The body of an error response: OpenAI's envelope, or Anthropic's shape."""
+    if anthropic:
+        return encode_anthropic(error.status_code, error.message, error.param)
+    return encode_error(error.body())
 
 
 def encode_error(body: ErrorBody) -> bytes:

@@ -176,7 +176,7 @@ def create_app(
     if tenancy.writer is not None:
         server_metrics.registry.register(UsageWriterCollector(tenancy.writer))
     # Tenant data shares the keys database's pool when there is one.
-    shared_pool = tenancy.writer.engine if tenancy.writer is not None else None
+    shared_pool = tenancy.writer.database if tenancy.writer is not None else None
     tenant_data = TenantDatabase(database_url(settings), shared_pool)
 
     @asynccontextmanager
@@ -194,7 +194,7 @@ def create_app(
         try:
             yield
         finally:
-            if starter is not None and not starter.done():
+            if not starter.done():
                 starter.cancel()
             lag_sampler.cancel()
             if watcher is not None:
@@ -208,7 +208,7 @@ def create_app(
     admission.observers.append(_note_queue_wait)
     images = ImageLoader(ImageLimits.from_settings(settings))
     services = {
-        "engine": host,
+        "host": host,
         "models": models,
         "admission": admission,
         "chat": ChatService(models, admission, images),
@@ -218,11 +218,13 @@ def create_app(
         "tenant_data": tenant_data,
         "file_store": FileStore(tenant_data),
         "file_limits": FileLimits(settings.max_file_bytes, settings.max_file_lines),
+        "tenancy": tenancy,
     }
     # Batches: deferred work on the capacity interactive requests leave.
     services["batches"], batch_runner = build_batches(
         settings, tenant_data, services, admission, tenancy.store
     )
+    services["batch_runner"] = batch_runner
     server_metrics.registry.register(BatchCollector(batch_runner))
     app = Litestar(
         route_handlers=[
@@ -251,19 +253,9 @@ def create_app(
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],
         cors_config=cors_config(settings),
-        # Kept for operators and tests that reach the app from outside a request.
+        # For operators that reach the app from outside a request:
         # `metrics.keys.count(key_id, ...)` counts a keyed request (app.observability.metrics).
-        # `engine`: the one handed in, else every model at once.
-        state=State(
-            {
-                **services,
-                "engine": engine or host,
-                "settings": settings,
-                "metrics": server_metrics,
-                "tenancy": tenancy,
-                "batch_runner": batch_runner,
-            }
-        ),
+        state=State({"metrics": server_metrics}),
         openapi_config=None,
         # Logging is app.observability.logs' (text or JSON, with request ids), not Litestar's.
         logging_config=None,

@@ -29,6 +29,18 @@ def require_image_input(model: ModelInfo, param: str = "messages", where: str = 
         )
 
 
+# A rough, tokenizer-free estimate: admission and per-key limits only need the scale.
+CHARS_PER_TOKEN = 4
+TOKENS_PER_MESSAGE = 8  # role markers and separators a chat template adds
+
+
+def estimate_prompt_tokens(text_chars: int, messages: int = 0, token_ids: int = 0) -> int:
+    """A prompt's tokens before it is tokenized (the engine does that later): a token
+    per 4 characters of text (or bytes of a request body), rounded up, plus what a chat
+    template adds per message; a prompt given as token ids counts by its length."""
+    return -(-text_chars // CHARS_PER_TOKEN) + messages * TOKENS_PER_MESSAGE + token_ids
+
+
 # The output budget of a request that leaves out `max_tokens`: a quarter of the context,
 # at most this many tokens. Without it, one request (times `n`) claims the whole rest of
 # the context and admission must keep the KV cache for it.

@@ -75,3 +75,36 @@ class ModelStateConflict(EngineError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class AdmissionRejected(EngineError):
+    """No admission now: the client sees `status` with Retry-After."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class Drained(EngineError):
+    """An admitted request was ended because the GPU is being handed back."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class NeverFits(EngineRequestError):
+    """A request that needs more KV tokens than the whole budget: it could never run."""
+
+    def __init__(self, tokens: int, budget: int) -> None:
+        super().__init__(
+            f"This request may need about {tokens} tokens of KV cache (prompt plus `n` "
+            f"times `max_tokens`), more than the server can ever hold ({budget}); lower "
+            "`max_tokens` or `n`, or shorten the prompt.",
+            param="max_tokens",
+            code="request_too_large",
+        )

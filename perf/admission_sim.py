@@ -16,10 +16,11 @@ import random
 from dataclasses import dataclass, replace
 
 from engine.admission.lending import parse_windows
-from engine.admission.policy import ADMITTING, AdmissionRejected, Owner, Policy, State, StateMachine
+from engine.admission.policy import ADMITTING, Owner, Policy, State, StateMachine
 from engine.admission.policy import classify as classify_sample
 from engine.admission.probes import GpuSample, Segment, sample_at
 from engine.admission.queue import AdmissionQueue, Ticket
+from engine.errors import AdmissionRejected
 
 DAY_S = 24 * 3600
 # What counts as "the owner is active" when scoring, whatever the policy under test uses.

@@ -21,10 +21,11 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from engine.admission.lease import admitted
-from engine.admission.policy import AdmissionRejected, Drained, Policy
+from engine.admission.policy import Policy
 from engine.admission.probes import GpuSample
 from engine.admission.runtime import AdmissionController
 from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir
+from engine.errors import AdmissionRejected, Drained
 from engine.protocol import GenerateOutput, GenerateRequest, SamplingOptions
 from engine.vllm_backend.engine import EngineConfig, VLLMEngine
 

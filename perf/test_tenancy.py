@@ -80,7 +80,7 @@ def test_tenancy_checks_alone(benchmark: Any, loop: asyncio.AbstractEventLoop, k
     """Authentication (cached key), the limits and building the usage record: the part
     of tenancy on the request's own path besides the database commit."""
     app, headers = keyed
-    tenancy: Tenancy = app.state.tenancy
+    tenancy: Tenancy = app.dependencies["tenancy"].dependency()  # what handlers get
     header = headers[0][1]
 
     async def checks() -> None:

@@ -158,3 +158,9 @@ def sync_app_client(
             loop.run_until_complete(context.__aexit__(None, None, None))
     finally:
         loop.close()
+
+
+def provided(app: Litestar, name: str) -> Any:
+    """The app-wide object create_app hands route handlers as the parameter `name`
+    (`host`, `models`, `admission`, `chat`, `tenancy`, ...): what a request gets."""
+    return app.dependencies[name].dependency()

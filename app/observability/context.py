@@ -13,7 +13,8 @@ import time
 import uuid
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any
+
+from app.usage_source import UsageSource
 
 HEADER = "x-request-id"
 # A client's id goes into logs, engine ids, response ids and the usage table: it keeps
@@ -38,7 +39,7 @@ class RequestRecord:
     model: str | None = None
     key_id: str | None = None  # the API key's id (never the key), once keys exist
     queue_s: float | None = None  # time admission held the request before it ran
-    generation: Any = None  # the app.services.generation.Generation, for tokens and TTFT
+    usage_source: UsageSource | None = None  # the request's generation: tokens and TTFT
 
     def engine_request_id(self, prefix: str) -> str:
         """The engine request's (and the response's) id. A client may send the same

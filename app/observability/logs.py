@@ -92,7 +92,7 @@ def access_fields(record: RequestRecord, duration_s: float) -> dict[str, Any]:
         "ttft_s": None,
         "duration_s": _round(duration_s),
     }
-    generation = record.generation
+    generation = record.usage_source
     if generation is not None:
         usage = generation.usage()
         fields["prompt_tokens"] = usage.prompt_tokens

@@ -3,24 +3,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
-from litestar import Request, Router, get
+from litestar import Router, get
+from litestar.params import Dependency
 
+from app.deferred.runner import DeferredRunner
 from app.errors import InvalidRequest
 from app.routes.admin import AdminKeyGuard
 from app.routes.batches import MAX_LIMIT, BatchesDep
 from app.schemas.batches import BatchStatus
 from app.services.batch_jobs import KIND
 
+RunnerDep = Annotated[DeferredRunner, Dependency(skip_validation=True)]  # `batch_runner`
 STATUSES: tuple[str, ...] = BatchStatus.__args__  # type: ignore[attr-defined]  # a Literal's values
 
 
 @get("/batches")
 async def admin_list_batches(
-    request: Request[Any, Any, Any],
     batches: BatchesDep,
+    batch_runner: RunnerDep,
     status: str | None = None,
     after: str | None = None,
     limit: int = 100,
@@ -33,7 +36,6 @@ async def admin_list_batches(
     jobs = await batches.store.list_jobs(KIND, None, after=after, limit=limit + 1, states=states)
     page = await batches.page(jobs, limit)
     owners = {job.id: job.owner for job in jobs}
-    runner = request.app.state.batch_runner
     data = [{**msgspec.to_builtins(batch), "owner": owners[batch.id]} for batch in page.data]
     return {
         "object": "list",
@@ -41,11 +43,11 @@ async def admin_list_batches(
         "has_more": page.has_more,
         "last_id": page.last_id,
         "runner": {
-            "replica": runner.replica,
-            "running": len(runner.running),
-            "concurrency": runner.concurrency,
-            "answered": runner.stats.answered,
-            "cut": runner.stats.cut,
+            "replica": batch_runner.replica,
+            "running": len(batch_runner.running),
+            "concurrency": batch_runner.concurrency,
+            "answered": batch_runner.stats.answered,
+            "cut": batch_runner.stats.cut,
         },
     }
 

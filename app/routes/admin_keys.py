@@ -8,17 +8,13 @@ from typing import Any
 import msgspec
 from litestar import Request, Router, delete, get, patch, post
 
-from app.errors import APIError, InvalidRequest
+from app.errors import InvalidRequest, KeyNotFoundError
 from app.routes.admin import AdminKeyGuard
+from app.routes.deps import TenancyDep
 from app.tenancy.keys import CACHE_GROUP_CHARS, KeyLimits, KeyNotFound, KeyStore
 from app.tenancy.report import parse_time as parse_report_time
 from app.tenancy.report import refusal_reasons, summarize
 from app.tenancy.service import Tenancy
-
-
-class KeyNotFoundError(APIError):
-    status_code = 404
-    error_type = "invalid_request_error"
 
 
 class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -59,11 +55,10 @@ class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
         return changes
 
 
-def _store(request: Request[Any, Any, Any]) -> tuple[Tenancy, KeyStore]:
-    tenancy: Tenancy = request.app.state.tenancy
+def _store(tenancy: Tenancy) -> KeyStore:
     if tenancy.store is None:
         raise InvalidRequest("Keys are managed only with --auth keys.", code="auth_mode")
-    return tenancy, tenancy.store
+    return tenancy.store
 
 
 def _changes(raw: bytes) -> KeyChanges:
@@ -71,15 +66,15 @@ def _changes(raw: bytes) -> KeyChanges:
 
 
 @get("/keys")
-async def list_keys(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    _, store = _store(request)
+async def list_keys(tenancy: TenancyDep) -> dict[str, Any]:
+    store = _store(tenancy)
     return {"object": "list", "data": [k.public() for k in await store.list()]}
 
 
 @post("/keys", status_code=201)
-async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
+async def create_key(request: Request[Any, Any, Any], tenancy: TenancyDep) -> dict[str, Any]:
     """The new key's record and, once, its secret (`key`)."""
-    _, store = _store(request)
+    store = _store(tenancy)
     changes = _changes(await request.body())
     if not isinstance(changes.name, str) or not changes.name.strip():
         raise InvalidRequest("A key needs a non-empty `name`.", param="name")
@@ -88,8 +83,10 @@ async def create_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {**record.public(), "key": secret}
 
 
-async def _change(request: Request[Any, Any, Any], key_id: str, revoke: bool) -> dict[str, Any]:
-    tenancy, store = _store(request)
+async def _change(
+    request: Request[Any, Any, Any], tenancy: Tenancy, key_id: str, revoke: bool
+) -> dict[str, Any]:
+    store = _store(tenancy)
     try:
         if revoke:
             record = await store.revoke(key_id)
@@ -103,28 +100,32 @@ async def _change(request: Request[Any, Any, Any], key_id: str, revoke: bool) ->
 
 
 @patch("/keys/{key_id:str}")
-async def update_key(request: Request[Any, Any, Any], key_id: str) -> dict[str, Any]:
-    return await _change(request, key_id, revoke=False)
+async def update_key(
+    request: Request[Any, Any, Any], tenancy: TenancyDep, key_id: str
+) -> dict[str, Any]:
+    return await _change(request, tenancy, key_id, revoke=False)
 
 
 @delete("/keys/{key_id:str}", status_code=200)
-async def revoke_key(request: Request[Any, Any, Any], key_id: str) -> dict[str, Any]:
-    return await _change(request, key_id, revoke=True)
+async def revoke_key(
+    request: Request[Any, Any, Any], tenancy: TenancyDep, key_id: str
+) -> dict[str, Any]:
+    return await _change(request, tenancy, key_id, revoke=True)
 
 
 @get("/usage")
 async def usage_report(
-    request: Request[Any, Any, Any],
+    tenancy: TenancyDep,
     by: str = "key",
     since: str | None = None,
     until: str | None = None,
 ) -> dict[str, Any]:
-    tenancy, _ = _store(request)
+    _store(tenancy)
     assert tenancy.writer is not None
     try:
         start, end = parse_report_time(since), parse_report_time(until)
-        rows = await summarize(tenancy.writer.engine, by, start, end)
-        reasons = await refusal_reasons(tenancy.writer.engine, start, end)
+        rows = await summarize(tenancy.writer.database, by, start, end)
+        reasons = await refusal_reasons(tenancy.writer.database, start, end)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from exc
     return {"object": "list", "by": by, "data": rows, "refusals": reasons}

@@ -6,14 +6,14 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from app.request_body import read_json
-from app.routes.deps import CompletionsDep
-from app.routes.generation import respond
+from app.routes.deps import CompletionsDep, TenancyDep
+from app.routes.respond import respond
 from app.schemas.completions import completion_request_decoder
 
 
 @post("/v1/completions", status_code=200)
 async def create_completion(
-    request: Request, completions: CompletionsDep
+    request: Request, completions: CompletionsDep, tenancy: TenancyDep
 ) -> Response[bytes] | Stream:
     body = await read_json(request, completion_request_decoder)
-    return await respond(request, completions, body, len(await request.body()))
+    return await respond(request, completions, tenancy, body, len(await request.body()))

@@ -16,6 +16,7 @@ from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.messages import MessagesService
 from app.storage.files import FileStore
+from app.tenancy.service import Tenancy
 from app.uploads import FileLimits
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
@@ -23,7 +24,7 @@ from engine.warm.pool import ModelPool
 
 _app_wide = Dependency(skip_validation=True)
 
-EngineDep = Annotated[ModelHost, _app_wide]  # parameter `engine`: every model at once
+HostDep = Annotated[ModelHost, _app_wide]  # parameter `host`: every model at once (PoolHost)
 ModelsDep = Annotated[ModelPool, _app_wide]  # parameter `models`: each served model
 AdmissionDep = Annotated[AdmissionController, _app_wide]  # parameter `admission`
 ChatDep = Annotated[ChatService, _app_wide]  # parameter `chat`
@@ -32,3 +33,4 @@ MessagesDep = Annotated[MessagesService, _app_wide]  # parameter `messages`
 RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
 FileStoreDep = Annotated[FileStore, _app_wide]  # parameter `file_store`
 FileLimitsDep = Annotated[FileLimits, _app_wide]  # parameter `file_limits`
+TenancyDep = Annotated[Tenancy, _app_wide]  # parameter `tenancy`: keys, limits, usage

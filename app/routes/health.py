@@ -13,19 +13,19 @@ from litestar import MediaType, Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from app.errors import ServiceUnavailable
-from app.routes.deps import AdmissionDep, EngineDep, RegistryDep
+from app.routes.deps import AdmissionDep, HostDep, RegistryDep
 
 
 @get("/health", media_type=MediaType.JSON)
-async def health(engine: EngineDep, admission: AdmissionDep) -> dict[str, str]:
-    failure = engine.failure()
+async def health(host: HostDep, admission: AdmissionDep) -> dict[str, str]:
+    failure = host.failure()
     if failure is not None:
         raise ServiceUnavailable(
             f"The engine failed ({failure}); the server is exiting to be restarted.",
             retry_after=5,
             code="engine_dead",
         )
-    if not engine.is_ready():
+    if not host.is_ready():
         raise ServiceUnavailable("The model is still loading.", retry_after=5)
     if not admission.admitting():
         # Not admitting (GPU handed back to its owner): a load balancer should go elsewhere.
@@ -39,10 +39,10 @@ async def health(engine: EngineDep, admission: AdmissionDep) -> dict[str, str]:
 
 
 @get("/health/live", media_type=MediaType.JSON)
-async def liveness(engine: EngineDep, admission: AdmissionDep) -> dict[str, str]:
-    if not engine.is_alive():
+async def liveness(host: HostDep, admission: AdmissionDep) -> dict[str, str]:
+    if not host.is_alive():
         raise ServiceUnavailable("The engine has failed; restart the server.", retry_after=5)
-    loading = "loading" if not engine.is_ready() else str(admission.state)
+    loading = "loading" if not host.is_ready() else str(admission.state)
     return {"status": "alive", "state": loading}
 
 

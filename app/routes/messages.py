@@ -15,8 +15,8 @@ from litestar.response import Stream
 
 from app.errors import InvalidRequest, ModelNotFound
 from app.request_body import read_json
-from app.routes.deps import MessagesDep, ModelsDep
-from app.routes.generation import respond
+from app.routes.deps import MessagesDep, ModelsDep, TenancyDep
+from app.routes.respond import respond
 from app.schemas.chat import Message
 from app.schemas.messages import (
     CountTokensResponse,
@@ -36,10 +36,12 @@ CLAMP_HEADER = "X-Max-Tokens-Clamped"
 
 
 @post("/v1/messages", status_code=200)
-async def create_message(request: Request, messages: MessagesDep) -> Response[bytes] | Stream:
+async def create_message(
+    request: Request, messages: MessagesDep, tenancy: TenancyDep
+) -> Response[bytes] | Stream:
     body = await read_json(request, messages_request_decoder)
     chat = chat_request(body)
-    response = await respond(request, messages, chat, len(await request.body()))
+    response = await respond(request, messages, tenancy, chat, len(await request.body()))
     if chat.clamped_max_tokens is not None:
         response.headers[CLAMP_HEADER] = str(chat.clamped_max_tokens)
     return response
@@ -53,7 +55,7 @@ async def count_message_tokens(request: Request, models: ModelsDep) -> CountToke
     key = request_key(request)
     if key is not None and not key.limits.allows_model(body.model):
         raise ModelNotFound(body.model)
-    engine = resolve_model(models, body.model)
+    model = resolve_model(models, body.model)
     check_tools(body)
     converted = chat_messages(body)
     images = image_refs(converted)
@@ -66,12 +68,12 @@ async def count_message_tokens(request: Request, models: ModelsDep) -> CountToke
         {"name": t.name, "description": t.description, "input_schema": t.input_schema}
         for t in body.tools or ()
     ]
-    count = await off_loop(_count, engine, converted, tools)
+    count = await off_loop(_count, model, converted, tools)
     return CountTokensResponse(input_tokens=count)
 
 
-def _count(engine: Engine, messages: list[Message], tools: list[dict[str, Any]]) -> int:
-    count = len(engine.tokenize(messages=messages_for_template(messages)))
+def _count(model: Engine, messages: list[Message], tools: list[dict[str, Any]]) -> int:
+    count = len(model.tokenize(messages=messages_for_template(messages)))
     if tools:
-        count += len(engine.tokenize(prompt=json.dumps(tools), add_special_tokens=False))
+        count += len(model.tokenize(prompt=json.dumps(tools), add_special_tokens=False))
     return count

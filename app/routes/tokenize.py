@@ -14,7 +14,7 @@ from litestar import Request, post
 
 from app.errors import InvalidRequest
 from app.request_body import read_json
-from app.routes.deps import ModelsDep
+from app.routes.deps import ModelsDep, TenancyDep
 from app.schemas.chat import Message
 from app.schemas.tokenize import (
     DetokenizeResponse,
@@ -32,20 +32,21 @@ from engine.warm.model import WarmModel
 from engine.warm.pool import ModelPool
 
 
-def _admitted_model(request: Request, models: ModelPool, name: str | None) -> WarmModel:
+def _admitted_model(
+    request: Request, tenancy: Tenancy, models: ModelPool, name: str | None
+) -> WarmModel:
     """The model a call names, once the caller's key may use it and is within its
     requests per minute. A model the key may not use reads as one not served."""
     key = request_key(request)
     if key is not None:
-        tenancy: Tenancy = request.app.state.tenancy
         tenancy.admit_unmetered(key, name if name is not None else models.first.name)
     return resolve_model(models, name)
 
 
 @post("/tokenize", status_code=200)
-async def tokenize(request: Request, models: ModelsDep) -> TokenizeResponse:
+async def tokenize(request: Request, models: ModelsDep, tenancy: TenancyDep) -> TokenizeResponse:
     body = await read_json(request, tokenize_request_decoder)
-    engine = _admitted_model(request, models, body.model)
+    model = _admitted_model(request, tenancy, models, body.model)
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequest("Give exactly one of `prompt` and `messages`.", param="prompt")
     if body.messages is not None:
@@ -56,27 +57,29 @@ async def tokenize(request: Request, models: ModelsDep) -> TokenizeResponse:
                 param=images[0].param,
             )
         tokens = await off_loop(
-            _tokenize_messages, engine, body.messages, body.add_generation_prompt
+            _tokenize_messages, model, body.messages, body.add_generation_prompt
         )
     else:
         tokens = await off_loop(
-            engine.tokenize, prompt=body.prompt, add_special_tokens=body.add_special_tokens
+            model.tokenize, prompt=body.prompt, add_special_tokens=body.add_special_tokens
         )
     return TokenizeResponse(
-        count=len(tokens), max_model_len=engine.model.max_model_len, tokens=tokens
+        count=len(tokens), max_model_len=model.model.max_model_len, tokens=tokens
     )
 
 
 def _tokenize_messages(
-    engine: Engine, messages: list[Message], add_generation_prompt: bool
+    model: Engine, messages: list[Message], add_generation_prompt: bool
 ) -> list[int]:
-    return engine.tokenize(
+    return model.tokenize(
         messages=messages_for_template(messages), add_generation_prompt=add_generation_prompt
     )
 
 
 @post("/detokenize", status_code=200)
-async def detokenize(request: Request, models: ModelsDep) -> DetokenizeResponse:
+async def detokenize(
+    request: Request, models: ModelsDep, tenancy: TenancyDep
+) -> DetokenizeResponse:
     body = await read_json(request, detokenize_request_decoder)
-    engine = _admitted_model(request, models, body.model)
-    return DetokenizeResponse(prompt=await off_loop(engine.detokenize, body.tokens))
+    model = _admitted_model(request, tenancy, models, body.model)
+    return DetokenizeResponse(prompt=await off_loop(model.detokenize, body.tokens))

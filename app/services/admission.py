@@ -8,6 +8,8 @@ from litestar import Request
 
 from app.errors import InvalidRequest
 from app.settings import Settings
+from app.tenancy.auth import bearer_token
+from app.tenancy.middleware import credentials
 from engine.admission.lending import parse_windows
 from engine.admission.policy import Policy
 from engine.admission.probes import Probe, make_probe
@@ -93,12 +95,9 @@ def client_key(request: Request, user: str | None, key_id: str | None = None) ->
     the token itself is never kept), else the `user` field, else the peer address."""
     if key_id is not None:
         return "key:" + key_id
-    authorization = request.headers.get("authorization", "")
-    if not authorization and request.headers.get("x-api-key"):
-        authorization = "Bearer " + request.headers["x-api-key"]
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return "key:" + hashlib.sha256(token.strip().encode()).hexdigest()[:16]
+    token = bearer_token(credentials(request.scope))
+    if token is not None:
+        return "key:" + hashlib.sha256(token.encode()).hexdigest()[:16]
     if user:
         return "user:" + user
     return "peer:" + (request.client.host if request.client else "unknown")

@@ -32,6 +32,7 @@ from app.services.generation import GenerationService
 from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import KeyRecord
 from app.tenancy.usage import UsageRecord
+from app.usage_source import UsageSource
 from engine.admission.runtime import DEFERRED_PREFIX
 
 # An engine failure (not a bad line) is retried this many times before it is answered.
@@ -49,11 +50,12 @@ def line_id(job_id: str, seq: int) -> str:
 
 
 class LineMeter:
-    """What `GenerationService.complete` fills in: the generation, whose engine tally
-    is what the line is billed."""
+    """What `GenerationService.complete` fills in: the generation's usage, whose engine
+    tally is what the line is billed."""
 
     def __init__(self) -> None:
-        self.generation: Any = None
+        self.usage_source: UsageSource | None = None
+        self.model = ""
 
     async def finish(self, exc: BaseException | None = None) -> None:
         """The usage row is written with the line's answer, not here."""
@@ -97,7 +99,7 @@ class LineRunner:
         n = 1
         try:
             request = self._request(entry, endpoint, key)
-            n = request.n
+            n, meter.model = request.n, request.model
             body = await self.services[endpoint].complete(
                 request, DEFERRED_PREFIX + job.owner, meter
             )
@@ -109,7 +111,7 @@ class LineRunner:
                 error.code not in ("engine_error", "internal_error") or line.attempts < MAX_ATTEMPTS
             ):
                 raise Cut(error.message) from exc  # capacity, a drain, a restart: later
-            generation = meter.generation
+            generation = meter.usage_source
             request_id = generation.id if generation is not None else line_id(job.id, line.seq)
             result = output_line(
                 job.id,
@@ -121,9 +123,9 @@ class LineRunner:
             )
             record = self._record(job, line, endpoint, meter, n, started, wall_start, "error")
             return Answer(result, False, record if generation is not None else None)
-        generation = meter.generation
+        response_id = meter.usage_source.id if meter.usage_source is not None else ""
         result = output_line(
-            job.id, line.seq, entry.custom_id, 200, generation.id, _encoder.encode(body)
+            job.id, line.seq, entry.custom_id, 200, response_id, _encoder.encode(body)
         )
         record = self._record(job, line, endpoint, meter, n, started, wall_start, "completed")
         return Answer(result, True, record)
@@ -152,7 +154,7 @@ class LineRunner:
         wall_start: float,
         outcome: str,
     ) -> UsageRecord | None:
-        generation = meter.generation
+        generation = meter.usage_source
         if job.key_id is None or generation is None:
             return None
         usage = generation.usage()
@@ -160,7 +162,7 @@ class LineRunner:
         return UsageRecord(
             request_id=line_id(job.id, line.seq),
             key_id=job.key_id,
-            model=generation.model,
+            model=meter.model,
             endpoint=endpoint,
             prompt_tokens=generation.engine_prompt_tokens,
             cached_tokens=usage.prompt_tokens_details.cached_tokens,

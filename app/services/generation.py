@@ -30,7 +30,7 @@ from app.services.streaming import RequestEnd, open_sse
 from app.sse import frame
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
-from engine.checks import default_output_tokens
+from engine.checks import default_output_tokens, estimate_prompt_tokens
 from engine.protocol import ChoiceDelta, Engine, GenerateOutput, GenerateRequest
 from engine.streams import merge
 from engine.warm.pool import ModelPool
@@ -196,7 +196,7 @@ class GenerationService(ABC, Generic[RequestT]):
         record made durable) before the body is returned."""
         generation, generates, engine = await self._start(request, client)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         states = generation.choice_states()
         outputs = self._outputs(engine, generates)
         if len(generates) == 1:
@@ -217,17 +217,17 @@ class GenerationService(ABC, Generic[RequestT]):
         is finished before the stream's last frame."""
         generation, generates, engine = await self._start(request, client)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         outputs = self._outputs(engine, generates)
         frames: Any = generation.frames if len(generates) == 1 else generation.indexed_frames
         return await open_sse(outputs, frames, generation.closing_frames, meter)
 
     def reserved_tokens(self, request: RequestT, body_bytes: int) -> int:
         """Tokens a request may use, before it is tokenized, for per-key token limits: a
-        generous prompt estimate (a token per 4 bytes of the request body) plus every
+        generous prompt estimate (`estimate_prompt_tokens` of the request body) plus every
         choice's output budget (without `max_tokens`, the model's default) for each of
         its prompts."""
-        prompt = body_bytes // 4
+        prompt = estimate_prompt_tokens(body_bytes)
         limit = getattr(request, "max_completion_tokens", None) or getattr(
             request, "max_tokens", None
         )
@@ -260,7 +260,7 @@ class GenerationService(ABC, Generic[RequestT]):
         for generate in generates:
             generate.tally = generation
         if record is not None:
-            record.generation = generation
+            record.usage_source = generation
         return generation, generates, engine
 
     def _outputs(

@@ -30,6 +30,7 @@ from app.services.messages_request import MessagesChatRequest
 from app.services.streaming import open_sse
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
+from engine.checks import estimate_prompt_tokens
 from engine.errors import ContextLengthExceeded
 from engine.protocol import Engine, GenerateOutput, GenerateRequest
 from engine.warm.pool import ModelPool
@@ -64,14 +65,14 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
         """As chat's, with `max_tokens` bounded by the context (as it will be clamped)."""
         model = self._models.get(request.model) or self._models.first
         limit = min(request.max_tokens or 0, model.model.max_model_len)
-        return body_bytes // 4 + limit
+        return estimate_prompt_tokens(body_bytes) + limit
 
     async def complete(
         self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
     ) -> MessageResponse:
         generation, generates, engine = await self._start(request, client)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         states = generation.choice_states()
         async with aclosing(self._clamped(engine, generates[0], _messages(request))) as outputs:
             async for output in outputs:
@@ -86,7 +87,7 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
     ) -> AsyncIterator[bytes]:
         generation, generates, engine = await self._start(request, client)
         if meter is not None:
-            meter.generation = generation
+            meter.usage_source = generation
         assert isinstance(generation, MessagesGeneration)
         outputs = self._clamped(engine, generates[0], _messages(request))
         return await open_sse(

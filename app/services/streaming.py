@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 from app.errors import APIError, ClientDisconnected, to_api_error
 from app.observability import context
 from app.sse import DONE, error_frame
+from app.usage_source import UsageSource
 
 T = TypeVar("T")
 
@@ -35,7 +36,7 @@ class RequestEnd(Protocol):
     """Told how a request ended (app.tenancy's usage meter): `finish` is awaited before
     the last frame, `abandon` when nobody is left to wait (the client went away)."""
 
-    generation: Any
+    usage_source: UsageSource | None
 
     async def finish(self, exc: BaseException | None = None) -> None: ...
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError
 
+from app.errors import InvalidKey, KeyStoreUnavailable
 from app.tenancy.key_cache import LruMap
 from app.tenancy.keys import KeyLimits, KeyRecord, KeyStore, hash_key, well_formed
 
@@ -37,14 +38,6 @@ OUTAGE_S = 300.0  # the default of --key-cache-outage-s
 MAX_KNOWN = 100_000
 # About 250 bytes an entry: the memory a flood of random keys can take is bounded.
 MAX_UNKNOWN = 100_000
-
-
-class InvalidKey(Exception):
-    """Missing, malformed, unknown or revoked: the client gets one message for all."""
-
-
-class KeyStoreUnavailable(Exception):
-    pass
 
 
 def bearer_token(header: bytes | None) -> str | None:

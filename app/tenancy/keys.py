@@ -125,8 +125,8 @@ def _record(row: Any) -> KeyRecord:
 class KeyStore:
     """Keys in the database. Every method is one short transaction."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+    def __init__(self, database: AsyncEngine) -> None:
+        self.database = database
 
     async def create(
         self, name: str, limits: KeyLimits, cache_group: str | None = None
@@ -140,7 +140,7 @@ class KeyStore:
             limits=limits,
             cache_group=cache_group,
         )
-        async with self.engine.begin() as conn:
+        async with self.database.begin() as conn:
             await conn.execute(
                 insert(api_keys).values(
                     id=record.id,
@@ -154,19 +154,19 @@ class KeyStore:
         return record, secret
 
     async def list(self) -> list[KeyRecord]:
-        async with self.engine.connect() as conn:
+        async with self.database.connect() as conn:
             rows = await conn.execute(select(api_keys).order_by(api_keys.c.created_at))
             return [_record(row) for row in rows]
 
     async def get(self, key_id: str) -> KeyRecord:
-        async with self.engine.connect() as conn:
+        async with self.database.connect() as conn:
             row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).first()
         if row is None:
             raise KeyNotFound(key_id)
         return _record(row)
 
     async def by_hash(self, key_hash: str) -> KeyRecord | None:
-        async with self.engine.connect() as conn:
+        async with self.database.connect() as conn:
             statement = select(api_keys).where(api_keys.c.key_hash == key_hash)
             row = (await conn.execute(statement)).first()
         return _record(row) if row is not None else None
@@ -176,7 +176,7 @@ class KeyStore:
         if record.revoked:
             return record
         revoked_at = time.time()
-        async with self.engine.begin() as conn:
+        async with self.database.begin() as conn:
             await conn.execute(
                 update(api_keys).where(api_keys.c.id == key_id).values(revoked_at=revoked_at)
             )
@@ -188,7 +188,7 @@ class KeyStore:
         record = await self.get(key_id)
         limits = replace(record.limits, **changes)
         cache_group = group.get("cache_group", record.cache_group)
-        async with self.engine.begin() as conn:
+        async with self.database.begin() as conn:
             await conn.execute(
                 update(api_keys)
                 .where(api_keys.c.id == key_id)
@@ -200,7 +200,7 @@ class KeyStore:
         """Record when keys were last used (batched by the usage writer)."""
         if not last_used:
             return
-        async with self.engine.begin() as conn:
+        async with self.database.begin() as conn:
             for key_id, when in last_used.items():
                 await conn.execute(
                     update(api_keys).where(api_keys.c.id == key_id).values(last_used_at=when)

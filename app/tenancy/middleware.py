@@ -8,12 +8,11 @@ reaching a handler; the key's record travels to the handlers in the ASGI scope
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from app.anthropic_errors import encode_anthropic, is_anthropic_path
-from app.tenancy.auth import InvalidKey, KeyStoreUnavailable
+from app.anthropic_errors import is_anthropic_path
+from app.errors import APIError, InvalidKey, KeyStoreUnavailable, error_content
 
 if TYPE_CHECKING:
     from app.tenancy.service import Tenancy
@@ -23,41 +22,15 @@ SCOPE_KEY = "lilac.key"
 # probes and Prometheus call them without one, and they hold no tenant's data.
 OPEN_PATHS = frozenset({"/health", "/health/live", "/metrics"})
 
-_INVALID_MESSAGE = (
-    "Incorrect API key provided. Send a valid key as `Authorization: Bearer <key>` "
-    "or `x-api-key: <key>`."
-)
-_UNAVAILABLE_MESSAGE = "The key store is unavailable; try again shortly."
-_INVALID = msgspec.json.encode(
-    {
-        "error": {
-            "message": _INVALID_MESSAGE,
-            "type": "invalid_request_error",
-            "param": None,
-            "code": "invalid_api_key",
-        }
-    }
-)
-_UNAVAILABLE = msgspec.json.encode(
-    {
-        "error": {
-            "message": _UNAVAILABLE_MESSAGE,
-            "type": "service_unavailable",
-            "param": None,
-            "code": "key_store_unavailable",
-        }
-    }
-)
 
-
-def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
+def _header(scope: Mapping[str, Any], name: bytes) -> bytes | None:
     for key, value in scope["headers"]:
         if key == name:
             return bytes(value)
     return None
 
 
-def credentials(scope: dict[str, Any]) -> bytes | None:
+def credentials(scope: Mapping[str, Any]) -> bytes | None:
     """The `Authorization` header, else an `x-api-key` (how Anthropic's SDKs send the
     key) as if it were `Bearer <key>`."""
     authorization = _header(scope, b"authorization")
@@ -67,14 +40,15 @@ def credentials(scope: dict[str, Any]) -> bytes | None:
     return b"Bearer " + api_key if api_key is not None else None
 
 
-def _refusal(path: str, status: int, openai_body: bytes, message: str) -> bytes:
-    """The body of a refusal: Anthropic's shape on its routes, OpenAI's elsewhere."""
-    return encode_anthropic(status, message) if is_anthropic_path(path) else openai_body
-
-
-async def _answer(send: Any, status: int, body: bytes, extra: list[Any]) -> None:
-    headers = [(b"content-type", b"application/json"), *extra]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+async def _refuse(send: Any, path: str, error: APIError) -> None:
+    """The error's response (app.errors' envelope and headers; Anthropic's shape on its
+    routes), sent without reaching a handler."""
+    body = error_content(error, is_anthropic_path(path))
+    headers = [(b"content-type", b"application/json")]
+    headers.extend(
+        (name.lower().encode(), value.encode()) for name, value in error.headers().items()
+    )
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -90,13 +64,8 @@ class AuthMiddleware:
             return
         try:
             key = await self.tenancy.auth.authenticate(credentials(scope))
-        except InvalidKey:
-            body = _refusal(path, 401, _INVALID, _INVALID_MESSAGE)
-            await _answer(send, 401, body, [(b"www-authenticate", b"Bearer")])
-            return
-        except KeyStoreUnavailable:
-            body = _refusal(path, 503, _UNAVAILABLE, _UNAVAILABLE_MESSAGE)
-            await _answer(send, 503, body, [(b"retry-after", b"1")])
+        except (InvalidKey, KeyStoreUnavailable) as error:
+            await _refuse(send, path, error)
             return
         if key is None:
             await self.app(scope, receive, send)

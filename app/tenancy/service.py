@@ -26,7 +26,8 @@ from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, Reservation
 from app.tenancy.middleware import SCOPE_KEY
 from app.tenancy.usage import UsageRecord, UsageWriter
-from engine.admission.policy import AdmissionRejected, Drained
+from app.usage_source import UsageSource
+from engine.errors import AdmissionRejected, Drained
 
 SPOOL_FILE = "usage-spool.jsonl"
 
@@ -129,7 +130,7 @@ class RequestMeter:
     __slots__ = (
         "client_request_id",
         "endpoint",
-        "generation",
+        "http",
         "key",
         "model",
         "n",
@@ -138,6 +139,7 @@ class RequestMeter:
         "settled",
         "started",
         "tenancy",
+        "usage_source",
         "wall_start",
     )
 
@@ -149,9 +151,10 @@ class RequestMeter:
         self.n = n
         self.request_id = uuid.uuid4().hex
         http = context.current()
+        self.http = http  # its `queue_s` is admission's wait, once admitted
         self.client_request_id = http.client_request_id if http is not None else None
         self.reservation: Reservation | None = None
-        self.generation: Any = None
+        self.usage_source: UsageSource | None = None
         self.settled = False
         self.started = time.monotonic()
         self.wall_start = time.time()
@@ -160,14 +163,15 @@ class RequestMeter:
         prompt = cached = completion = reasoning = 0
         ttft_ms = None
         request_id = self.request_id  # the response's `id` once there is a generation
-        if self.generation is not None:
-            request_id = self.generation.id
-            usage = self.generation.usage()
-            prompt = self.generation.engine_prompt_tokens
-            completion = self.generation.engine_completion_tokens
+        source = self.usage_source
+        if source is not None:
+            request_id = source.id
+            usage = source.usage()
+            prompt = source.engine_prompt_tokens
+            completion = source.engine_completion_tokens
             cached = usage.prompt_tokens_details.cached_tokens
             reasoning = usage.completion_tokens_details.reasoning_tokens
-            first = self.generation.first_output_at
+            first = source.first_output_at
             ttft_ms = (first - self.started) * 1000 if first is not None else None
         return UsageRecord(
             request_id=request_id,
@@ -180,12 +184,19 @@ class RequestMeter:
             reasoning_tokens=reasoning,
             n=self.n,
             outcome=outcome,
-            queue_ms=None,
+            queue_ms=self._queue_ms(),
             ttft_ms=ttft_ms,
             duration_ms=(time.monotonic() - self.started) * 1000,
             created_at=self.wall_start,
             client_request_id=self.client_request_id,
         )
+
+    def _queue_ms(self) -> float | None:
+        """The time admission held the request before it ran (app.main's queue-wait
+        observer notes it on the HTTP request's record); None if it never reached
+        admission."""
+        waited = self.http.queue_s if self.http is not None else None
+        return waited * 1000 if waited is not None else None
 
     def _settle(self, record: UsageRecord) -> bool:
         """True the first time: the caller writes the record."""
@@ -261,7 +272,7 @@ class Tenancy:
     async def close(self) -> None:
         if self.writer is not None:
             await self.writer.close()
-            await self.writer.engine.dispose()
+            await self.writer.database.dispose()
 
     def begin(
         self,

@@ -91,8 +91,8 @@ RefusalKey = tuple[str, float, str]  # key id, minute (Unix seconds), reason
 class UsageWriter:
     """Group-committing, spooling writer of usage records (one task per process)."""
 
-    def __init__(self, engine: AsyncEngine, spool: Path, keys: KeyStore | None = None) -> None:
-        self.engine = engine
+    def __init__(self, database: AsyncEngine, spool: Path, keys: KeyStore | None = None) -> None:
+        self.database = database
         self.spool = spool
         self.dead_letter_file = spool.with_name(DEAD_LETTER_FILE)
         self._keys = keys
@@ -221,7 +221,7 @@ class UsageWriter:
         if fault is not None:
             return fault == "row"
         try:
-            async with self.engine.connect() as conn:
+            async with self.database.connect() as conn:
                 await conn.execute(text("SELECT 1"))
         except Exception:
             return False
@@ -229,10 +229,10 @@ class UsageWriter:
 
     async def _insert(self, records: list[UsageRecord]) -> None:
         rows = [dataclasses.asdict(record) for record in records]
-        dialect = self.engine.dialect.name
+        dialect = self.database.dialect.name
         builder = pg_insert if dialect == "postgresql" else sqlite_insert
         statement = builder(usage).on_conflict_do_nothing(index_elements=["request_id"])
-        async with self.engine.begin() as conn:
+        async with self.database.begin() as conn:
             await conn.execute(statement, rows)
 
     async def _touch(self, records: list[UsageRecord]) -> None:
@@ -268,7 +268,7 @@ class UsageWriter:
             "created_at": time.time(),
         }
         try:
-            async with self.engine.begin() as conn:
+            async with self.database.begin() as conn:
                 await conn.execute(insert(usage_dead_letter).values(**values))
         except Exception as again:
             log.error("usage: dead letter kept in %s (%s)", self.dead_letter_file, again)
@@ -324,7 +324,7 @@ class UsageWriter:
             for (k, m, r), c in counts.items()
         ]
         builder: Callable[..., Any] = (
-            pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+            pg_insert if self.database.dialect.name == "postgresql" else sqlite_insert
         )
         statement = builder(usage_refusals)
         statement = statement.on_conflict_do_update(
@@ -332,7 +332,7 @@ class UsageWriter:
             set_={"count": usage_refusals.c.count + statement.excluded["count"]},
         )
         try:
-            async with self.engine.begin() as conn:
+            async with self.database.begin() as conn:
                 await conn.execute(statement, rows)
         except Exception as exc:  # kept in memory (bounded: a slot per key, minute, reason)
             for slot, count in counts.items():

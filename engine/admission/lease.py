@@ -11,8 +11,8 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
-from engine.admission.policy import Drained
 from engine.admission.queue import Ticket
+from engine.errors import Drained
 from engine.protocol import GenerateOutput, GenerateRequest, Generator
 
 if TYPE_CHECKING:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from engine.admission.lending import LendingWindows
 from engine.admission.probes import GpuSample
-from engine.errors import EngineError
 
 
 class State(enum.StrEnum):
@@ -221,23 +220,3 @@ class StateMachine:
                 return State.SERVING, "owner idle"
             return State.THROTTLED, "owner lightly active"
         return None
-
-
-class AdmissionRejected(EngineError):
-    """No admission now: the client sees `status` with Retry-After."""
-
-    def __init__(self, status: int, code: str, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retry_after_s = retry_after_s
-
-
-class Drained(EngineError):
-    """An admitted request was ended because the GPU is being handed back."""
-
-    def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retry_after_s = retry_after_s

@@ -35,12 +35,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from engine.admission.policy import AdmissionRejected, Policy
-from engine.checks import default_output_tokens
-from engine.errors import EngineRequestError
+from engine.admission.policy import Policy
+from engine.checks import default_output_tokens, estimate_prompt_tokens
+from engine.errors import AdmissionRejected, NeverFits
 
-CHARS_PER_TOKEN = 4  # a rough, tokenizer-free estimate: admission only needs the scale
-TOKENS_PER_MESSAGE = 8  # role markers and separators the chat template adds
 QUEUE_RESERVE_DIVISOR = 4  # a quarter of the queue is held for clients short of their part
 RUNNING_RESERVE_DIVISOR = 8  # an eighth of the cap and the KV budget: for idle clients
 
@@ -75,28 +73,14 @@ def estimate_tokens(
     model's default output budget (`engine.checks.default_output_tokens`), bounded by
     the rest of the context. The prompt's KV blocks are shared by the choices. A
     pre-tokenized prompt counts its `prompt_token_ids` tokens as they are."""
-    chars = len(prompt or "") + prompt_token_ids * CHARS_PER_TOKEN
-    for message in messages or ():
-        chars += len(str(message.get("content") or "")) + TOKENS_PER_MESSAGE * CHARS_PER_TOKEN
-    prompt_tokens = -(-chars // CHARS_PER_TOKEN)
+    messages = messages or []
+    chars = len(prompt or "") + sum(len(str(m.get("content") or "")) for m in messages)
+    prompt_tokens = estimate_prompt_tokens(chars, len(messages), prompt_token_ids)
     room = max(0, max_model_len - prompt_tokens)
     output = (
         max_tokens if max_tokens is not None else min(room, default_output_tokens(max_model_len))
     )
     return prompt_tokens + n * output
-
-
-class NeverFits(EngineRequestError):
-    """A request that needs more KV tokens than the whole budget: it could never run."""
-
-    def __init__(self, tokens: int, budget: int) -> None:
-        super().__init__(
-            f"This request may need about {tokens} tokens of KV cache (prompt plus `n` "
-            f"times `max_tokens`), more than the server can ever hold ({budget}); lower "
-            "`max_tokens` or `n`, or shorten the prompt.",
-            param="max_tokens",
-            code="request_too_large",
-        )
 
 
 class AdmissionQueue:

@@ -3,7 +3,8 @@ its owner's, the queue wait ran out, or a drain ended a running request."""
 
 from __future__ import annotations
 
-from engine.admission.policy import AdmissionRejected, Drained, Policy, State, StateMachine
+from engine.admission.policy import Policy, State, StateMachine
+from engine.errors import AdmissionRejected, Drained
 
 
 def not_admitting(machine: StateMachine, now: float) -> AdmissionRejected:

@@ -22,8 +22,6 @@ from engine.admission import refusals
 from engine.admission.lease import Lease
 from engine.admission.policy import (
     ADMITTING,
-    AdmissionRejected,
-    Drained,
     Owner,
     Policy,
     State,
@@ -34,6 +32,7 @@ from engine.admission.policy import (
 from engine.admission.probes import GpuSample, Probe
 from engine.admission.queue import AdmissionQueue, Ticket, estimate_tokens
 from engine.checks import require_ready
+from engine.errors import AdmissionRejected, Drained
 from engine.protocol import GenerateRequest, ModelHost, ModelInfo
 
 log = logging.getLogger("lilac.admission")

@@ -15,12 +15,9 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine.protocol import Engine, GenerateOutput, GenerateRequest, ModelInfo
-
-if TYPE_CHECKING:
-    from engine.warm.pool import ModelPool
 
 
 class ModelState(StrEnum):
@@ -39,16 +36,27 @@ class WarmConfig:
     pinned: bool = False  # never sleeps (neither idle nor to make room)
 
 
+class Keeper(Protocol):
+    """What a model needs of whoever keeps it awake (the pool, `engine.warm.pool`): the
+    time, a wake before a generation runs, and word when one ends."""
+
+    clock: Callable[[], float]
+
+    async def ensure_awake(self, model: WarmModel, *, client: str | None = None) -> None: ...
+
+    def request_ended(self, model: WarmModel) -> None: ...
+
+
 class WarmModel:
     """One model of the pool, usable wherever an `Engine` is."""
 
-    def __init__(self, engine: Engine, config: WarmConfig, pool: ModelPool) -> None:
+    def __init__(self, engine: Engine, config: WarmConfig, keeper: Keeper) -> None:
         self.engine = engine
         self.config = config
-        self._pool = pool
+        self._keeper = keeper
         self.state = ModelState.AWAKE if engine.is_ready() else ModelState.LOADING
         self.in_flight = 0
-        self.last_used = pool.clock()
+        self.last_used = keeper.clock()
         self.wakes = 0  # wakes completed
         self.waiters = 0  # requests that waited for a wake
         self.wake_task: asyncio.Task[None] | None = None
@@ -73,8 +81,8 @@ class WarmModel:
                     yield output
         finally:
             self.in_flight -= 1
-            self.last_used = self._pool.clock()
-            self._pool.request_ended(self)
+            self.last_used = self._keeper.clock()
+            self._keeper.request_ended(self)
 
     def _wake_before(self, request: GenerateRequest) -> Callable[[], Awaitable[None]]:
         outer = request.before_run
@@ -82,7 +90,7 @@ class WarmModel:
         async def wake() -> None:
             if outer is not None:
                 await outer()
-            await self._pool.ensure_awake(self, client=request.client)
+            await self._keeper.ensure_awake(self, client=request.client)
 
         return wake
 

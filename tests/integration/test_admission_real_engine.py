@@ -14,7 +14,7 @@ from engine.admission.probes import GpuSample, ScriptedProbe, Segment
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.protocol import GenerateOutput, GenerateRequest
 from engine.vllm_backend.engine import VLLMEngine
-from tests.client import app_client, stream_events
+from tests.client import app_client, provided, stream_events
 
 URL = "/v1/chat/completions"
 OWNER_FROM_S, OWNER_UNTIL_S, LOAD_S = 5.0, 10.0, 17.0
@@ -84,7 +84,7 @@ async def test_owner_comes_and_goes_under_streaming_load(real_engine: VLLMEngine
         grace_period=GRACE_S, resume_after=RESUME_AFTER_S, probe_interval=INTERVAL_S
     )
     async with app_client(recording, settings, probe=probe, timeout=60) as c:  # type: ignore[arg-type]
-        controller = c.app.state.admission
+        controller = provided(c.app, "admission")
         probe.restart()
         await controller.start()
         try:

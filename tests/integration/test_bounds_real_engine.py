@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.schema_bounds import MAX_SCHEMA_NODES
-from tests.client import AppClient, stream_events
+from tests.client import AppClient, provided, stream_events
 
 URL = "/v1/chat/completions"
 USER = [{"role": "user", "content": "Name a colour."}]
@@ -87,7 +87,7 @@ async def test_over_the_bounds_is_a_400_through_the_real_engine(real_client: App
         URL, content=b"{}", headers={"content-type": "text/plain;charset=UTF-8"}
     )
     assert plain.status_code == 415
-    assert real_client.app.state.engine.unfinished_requests() == 0
+    assert provided(real_client.app, "host").unfinished_requests() == 0
 
 
 async def test_pathological_tool_call_arguments_through_the_real_engine(

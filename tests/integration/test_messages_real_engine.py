@@ -10,7 +10,7 @@ import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from tests.anthropic_sse import anthropic_sdk
-from tests.client import AppClient
+from tests.client import AppClient, provided
 
 # The SDK no longer takes sampling parameters (newer API versions dropped them); the
 # server still does, so greedy decoding travels in the body.
@@ -105,7 +105,7 @@ async def test_max_tokens_over_the_room_is_clamped(
     assert raw.headers["x-max-tokens-clamped"] == str(2048 - prompt)
     message = await raw.parse()
     assert message.usage.output_tokens <= 2048 - prompt
-    assert real_client.app.state.engine.unfinished_requests() == 0
+    assert provided(real_client.app, "host").unfinished_requests() == 0
 
 
 async def test_forced_tool_use_and_its_result(sdk: anthropic.AsyncAnthropic) -> None:

@@ -29,7 +29,7 @@ from engine.warm.model import ModelState, WarmConfig, WarmModel
 from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper
 from engine.warm.wakes import WakeBudget
-from tests.client import AppClient, app_client
+from tests.client import AppClient, app_client, provided
 from tests.family_model import make_family_checkpoint
 
 SECOND = "warm-second"
@@ -235,7 +235,7 @@ async def test_every_model_yields_to_the_owner_and_the_awake_ones_come_back(
     http: AppClient, pool: ModelPool
 ) -> None:
     await pool.sleep(second(pool))
-    admission = http.app.state.admission
+    admission = provided(http.app, "admission")
     await admission.observe(OWNER)
     await admission.observe(OWNER)
     assert admission.state is State.YIELDED

@@ -6,7 +6,14 @@ import httpx
 import pytest
 
 from engine.scripted import ScriptedEngine
-from tests.client import app_client, assert_no_error_event, read_sse, stream_events, sync_app_client
+from tests.client import (
+    app_client,
+    assert_no_error_event,
+    provided,
+    read_sse,
+    stream_events,
+    sync_app_client,
+)
 
 CHUNK = b'data: {"choices":[]}\n\n'
 ERROR = b'data: {"error":{"code":"draining"}}\n\n'
@@ -59,7 +66,7 @@ def test_stream_events_wants_a_200_event_stream() -> None:
 async def test_app_client_reaches_the_app() -> None:
     engine = ScriptedEngine()
     async with app_client(engine) as http:
-        assert http.app.state.engine is engine
+        assert provided(http.app, "models").first.engine is engine
         body = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
         response = await http.post("/v1/chat/completions", json={**body, "stream": True})
     assert stream_events(response)[0]["choices"][0]["delta"]["role"] == "assistant"

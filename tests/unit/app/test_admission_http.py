@@ -13,7 +13,7 @@ from engine.admission.policy import State
 from engine.admission.probes import GpuSample
 from engine.admission.runtime import AdmissionController
 from engine.scripted import ScriptedEngine
-from tests.client import app_client, stream_events
+from tests.client import app_client, provided, stream_events
 
 URL = "/v1/chat/completions"
 USER = [{"role": "user", "content": "hi"}]
@@ -32,9 +32,11 @@ class StaticProbe:
 
 
 class Harness:
-    def __init__(self, http: httpx.AsyncClient, app_state: object, engine: ScriptedEngine) -> None:
+    def __init__(
+        self, http: httpx.AsyncClient, controller: AdmissionController, engine: ScriptedEngine
+    ) -> None:
         self.http = http
-        self.controller: AdmissionController = app_state.admission  # type: ignore[attr-defined]
+        self.controller = controller
         self.engine = engine
 
 
@@ -50,7 +52,7 @@ async def harness() -> AsyncIterator[Harness]:
         queue_timeout=5.0,
     )
     async with app_client(engine, settings, probe=StaticProbe()) as http:
-        yield Harness(http, http.app.state, engine)
+        yield Harness(http, provided(http.app, "admission"), engine)
 
 
 def chat(**fields: object) -> dict:
@@ -197,7 +199,7 @@ async def test_admin_routes_are_forbidden_without_a_configured_key() -> None:
         response = await http.post("/admin/admission/drain", headers=ADMIN)
         assert response.status_code == 403
         assert "--admin-key" in response.json()["error"]["message"]
-        assert http.app.state.admission.state is State.SERVING
+        assert provided(http.app, "admission").state is State.SERVING
 
 
 async def test_priority_is_clamped_to_the_public_floor(harness: Harness) -> None:

@@ -2,7 +2,7 @@
 
 import httpx
 
-from tests.client import stream_events
+from tests.client import provided, stream_events
 
 URL = "/v1/completions"
 
@@ -61,7 +61,7 @@ async def test_tokenize_and_detokenize(client: httpx.AsyncClient) -> None:
 async def test_completions_and_chat_share_the_fairness_key(client: httpx.AsyncClient) -> None:
     from engine.scripted import ScriptedEngine
 
-    engine: ScriptedEngine = client._transport.app.state.engine  # type: ignore[attr-defined]
+    engine: ScriptedEngine = provided(client._transport.app, "models").first.engine  # type: ignore[attr-defined]
     headers = {"Authorization": "Bearer sk-one"}
     await client.post(URL, json={"model": "scripted", "prompt": "a"}, headers=headers)
     chat = {"model": "scripted", "messages": [{"role": "user", "content": "a"}]}

@@ -22,6 +22,7 @@ from app.storage.files import FileStore
 from app.tenancy.report import summarize
 from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
+from tests.client import provided
 from tests.unit.app.tenancy.helpers import ADMIN_KEY, bearer, keyed_app, new_key
 
 CHAT = "/v1/chat/completions"
@@ -42,13 +43,13 @@ def jsonl(lines: list[dict[str, Any]]) -> bytes:
 
 
 def runner_of(http: httpx.AsyncClient) -> DeferredRunner:
-    runner: DeferredRunner = http.app.state.batch_runner  # type: ignore[attr-defined]
+    runner: DeferredRunner = provided(http.app, "batch_runner")
     runner.jobs_every_s = 0.0
     return runner
 
 
 def files_of(http: httpx.AsyncClient) -> FileStore:
-    return FileStore(http.app.state.tenant_data)  # type: ignore[attr-defined]
+    return FileStore(provided(http.app, "tenant_data"))
 
 
 async def upload(http: httpx.AsyncClient, key_id: str, lines: list[dict[str, Any]]) -> str:
@@ -312,7 +313,7 @@ async def test_an_interactive_request_never_waits_for_batch_lines(
     as the newest line is cut; the cut line runs again later and the batch completes."""
     engine = ScriptedEngine(tokens=["x"] * 200, token_delay_s=0.01)
     async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
-        admission = http.app.state.admission  # type: ignore[attr-defined]
+        admission = provided(http.app, "admission")
         admission.policy = dataclasses.replace(admission.policy, max_concurrent=1)
         key_id, secret = await new_key(tenancy)
         _, other = await new_key(tenancy)
@@ -350,7 +351,7 @@ async def test_a_reclaim_pauses_the_batch_and_lending_resumes_it(
 ) -> None:
     engine = ScriptedEngine(tokens=["x"] * 100, token_delay_s=0.01)
     async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
-        admission = http.app.state.admission  # type: ignore[attr-defined]
+        admission = provided(http.app, "admission")
         key_id, secret = await new_key(tenancy)
         runner = runner_of(http)
         batch = await create(

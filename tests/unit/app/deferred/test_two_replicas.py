@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.deferred.runner import DeferredRunner
 from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
+from tests.client import provided
 from tests.unit.app.deferred.test_batches_http import (
     chat_line,
     create,
@@ -43,8 +44,8 @@ async def test_two_replicas_split_one_batch(database: AsyncEngine, tmp_path: Pat
         lines = [chat_line(f"r{i}", max_tokens=20) for i in range(24)]
         batch = await create(one, secret, await upload(one, key_id, lines))
         runners = [
-            named(one.app.state.batch_runner, "replica-one"),  # type: ignore[attr-defined]
-            named(two.app.state.batch_runner, "replica-two"),  # type: ignore[attr-defined]
+            named(provided(one.app, "batch_runner"), "replica-one"),
+            named(provided(two.app, "batch_runner"), "replica-two"),
         ]
         for runner in runners:
             runner.start()

@@ -12,7 +12,7 @@ from app.observability.metrics import OTHER, KeyUsage
 from app.settings import Settings
 from engine.admission.probes import GpuSample
 from engine.scripted import ScriptedEngine
-from tests.client import app_client
+from tests.client import app_client, provided
 
 URL = "/v1/chat/completions"
 BODY = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -56,7 +56,7 @@ async def test_admission_series_follow_a_reclaim_and_a_return() -> None:
     probe = StaticProbe()
     settings = Settings(grace_period=0.2, resume_after=0.0, owner_light_util=5.0)
     async with app_client(ScriptedEngine(), settings, probe=probe) as http:
-        controller = http.app.state.admission
+        controller = provided(http.app, "admission")
         before = samples((await http.get("/metrics")).text)
         probe.value = LIGHT_OWNER
         await controller.observe(probe.value)
@@ -111,7 +111,7 @@ async def test_liveness_stays_200_while_yielded_and_readiness_does_not() -> None
     async with app_client(ScriptedEngine(), settings, probe=probe) as http:
         assert (await http.get("/health")).status_code == 200
         probe.value = OWNER
-        await http.app.state.admission.observe(OWNER)
+        await provided(http.app, "admission").observe(OWNER)
         ready = await http.get("/health")
         live = await http.get("/health/live")
     assert ready.status_code == 503

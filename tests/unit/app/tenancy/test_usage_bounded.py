@@ -160,7 +160,7 @@ async def test_a_spool_replay_in_an_outage_keeps_every_line(
         "o-2",
     ]
     assert writer.dead_lettered == 0
-    writer.engine = database
+    writer.database = database
     await writer.close()
     assert [r.request_id for r in await usage_rows(database)] == ["o-0", "o-1", "o-2"]
     assert not spool.exists()

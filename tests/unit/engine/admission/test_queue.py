@@ -5,14 +5,14 @@ import random
 
 import pytest
 
-from engine.admission.policy import AdmissionRejected, Policy
+from engine.admission.policy import Policy
 from engine.admission.queue import (
     AdmissionQueue,
-    NeverFits,
     Ticket,
     estimate_tokens,
     reserved_places,
 )
+from engine.errors import AdmissionRejected, NeverFits
 
 _ids = itertools.count(1)
 

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from engine.admission.lease import admitted
-from engine.admission.policy import AdmissionRejected, Drained, Policy, State
+from engine.admission.policy import Policy, State
 from engine.admission.probes import GpuSample
 from engine.admission.runtime import AdmissionController
+from engine.errors import AdmissionRejected, Drained
 from engine.protocol import GenerateOutput, GenerateRequest, SamplingOptions
 from engine.scripted import ScriptedEngine
 

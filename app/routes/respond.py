@@ -1,16 +1,18 @@
 """What the generation endpoints share: identify the client, check its key's limits,
-then answer with a JSON body or an SSE stream, metered. Services come by dependency
-injection (app.main); the tenancy object is the app's (`app.state.tenancy`)."""
+then answer with a JSON body or an SSE stream, metered. The service and the tenancy
+come by dependency injection (app.main)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import AsyncIterator
+from typing import Protocol, TypeVar
 
 import msgspec
 from litestar import MediaType, Request, Response
 
 from app.routes.disconnect import until_disconnected
 from app.routes.event_stream import EventStream
+from app.schemas.sampling import SamplingFields
 from app.services.admission import clamp_priority, client_key
 from app.tenancy.isolation import cache_salt
 from app.tenancy.service import RequestMeter, Tenancy, request_key
@@ -18,27 +20,38 @@ from app.tenancy.service import RequestMeter, Tenancy, request_key
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _encoder = msgspec.json.Encoder()
 
+BodyT = TypeVar("BodyT", bound=SamplingFields)
+BodyT_contra = TypeVar("BodyT_contra", bound=SamplingFields, contravariant=True)
 
-class GenerationService(Protocol):
-    async def complete(self, request: Any, client: str | None = None, meter: Any = None) -> Any: ...
+
+class MeteredService(Protocol[BodyT_contra]):
+    """What `respond` needs of an endpoint's service (app.services.generation's
+    `GenerationService` is one): a body or a stream, and what a key's limits reserve."""
+
+    async def complete(
+        self, request: BodyT_contra, client: str | None = None, meter: RequestMeter | None = None
+    ) -> object: ...
 
     async def open_stream(
-        self, request: Any, client: str | None = None, meter: Any = None
-    ) -> Any: ...
+        self, request: BodyT_contra, client: str | None = None, meter: RequestMeter | None = None
+    ) -> AsyncIterator[bytes]: ...
 
-    def reserved_tokens(self, request: Any, body_bytes: int) -> int: ...
+    def reserved_tokens(self, request: BodyT_contra, body_bytes: int) -> int: ...
 
-    def slots(self, request: Any) -> int: ...
+    def slots(self, request: BodyT_contra) -> int: ...
 
 
 async def respond(
-    request: Request, service: GenerationService, body: Any, body_bytes: int = 0
+    request: Request,
+    service: MeteredService[BodyT],
+    tenancy: Tenancy,
+    body: BodyT,
+    body_bytes: int = 0,
 ) -> Response[bytes] | EventStream:
     """`body` is the decoded request; errors raised here map in app.errors."""
     key = request_key(request)
     client = client_key(request, body.user, key.id if key is not None else None)
     body.priority = clamp_priority(body.priority, key.limits.priority if key is not None else 0)
-    tenancy: Tenancy = request.app.state.tenancy
     # Metered keys each get their own part of the prefix cache (app.tenancy.isolation).
     body.cache_salt = cache_salt(key if tenancy.mode == "keys" else None, body.cache_salt)
     meter: RequestMeter | None = None
