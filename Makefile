@@ -57,52 +57,52 @@ postgres:
 test: model lint postgres
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Micro-benchmarks (perf/test_*.py), compared with the committed baseline by perf/bench.py:
+# Micro-benchmarks (perf/micro/test_*.py), compared with the committed baseline by perf/micro/bench.py:
 # fails on a confirmed regression over 25% or a missing benchmark (see docs/benchmarks.md). BENCH_ARGS adds pytest options (and makes the run partial).
 BENCH_ARGS ?=
 
 bench: model
-	$(BIN)/python -m perf.bench $(BENCH_ARGS)
+	$(BIN)/python -m perf bench $(BENCH_ARGS)
 
 bench-save: model
-	$(BIN)/python -m perf.bench --save $(BENCH_ARGS)
+	$(BIN)/python -m perf bench --save $(BENCH_ARGS)
 
 # Side-by-side load benchmark against `vllm serve` (minutes; see perf/RESULTS.md).
 LOAD_ARGS ?=
 load: model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.load --check $(LOAD_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf load --check $(LOAD_ARGS)
 
 # Fault and soak harness against a real server (about 10 minutes; see perf/RESULTS.md):
 # mixed traffic, bursts, abandoned clients, owner reclaims, an engine-core kill, SIGTERM.
 SOAK_ARGS ?=
 soak: model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.soak $(SOAK_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf soak $(SOAK_ARGS)
 
 # Burst absorption with default admission flags: 256 concurrent requests from one client,
-# then vLLM's benchmark client at concurrency 64 and 256 (see perf/burst.py).
+# then vLLM's benchmark client at concurrency 64 and 256 (see perf/load/burst.py).
 BURST_ARGS ?=
 burst: model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.burst $(BURST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf burst $(BURST_ARGS)
 
 # The attack matrix (minutes; see perf/RESULTS.md): one key floods a server with `--auth
 # keys` (64-prompt completions, 256 streams, the largest n x max_tokens, long prompts, bad
 # requests) while another sends a request a second. ATTACK_ARGS adds options (--seconds).
 ATTACK_ARGS ?=
 attacks: model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.attacks $(ATTACK_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf attacks $(ATTACK_ARGS)
 
 # Two replicas on the default model behind sglang-router; one owner comes back mid-load
 # (minutes; prints the figures; see docs/fleet.md). FLEET_ARGS adds options.
 FLEET_ARGS ?=
 fleet-demo: model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.fleet $(FLEET_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf fleet $(FLEET_ARGS)
 
 # Wake to first token of a sleeping model (20 wakes) next to its cold start, and the
 # resident memory with models awake and asleep (two engines; minutes; see
 # docs/models.md).
 WARM_ARGS ?=
 warm-bench: model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m perf.warm $(WARM_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf warm $(WARM_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .benchmarks site

@@ -15,7 +15,6 @@ down by the caller (a session-scoped real engine outlives many clients).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -28,6 +27,7 @@ from app.settings import Settings
 from engine.admission.probes import Probe
 from engine.protocol import Engine
 from engine.warm.pool import ModelPool
+from perf.harness.sse import read_sse
 
 __all__ = [
     "AppClient",
@@ -38,8 +38,6 @@ __all__ = [
     "stream_events",
     "sync_app_client",
 ]
-
-DONE = "[DONE]"
 
 
 class AppClient(httpx.AsyncClient):
@@ -65,42 +63,6 @@ async def app_client(
     app = create_app(settings, engine=engine, models=models, probe=probe)
     async with AppClient(app, timeout=timeout) as client:
         yield client
-
-
-def read_sse(source: httpx.Response | bytes | str) -> list[dict[str, Any]]:
-    """Every event of a whole SSE body, decoded from JSON, in order.
-
-    Asserts the framing: only `data:` fields (and comments), every event closed by a
-    blank line, and `data: [DONE]` exactly once, last. `[DONE]` is not returned. Error
-    events are returned like the others (see `assert_no_error_event`)."""
-    if isinstance(source, httpx.Response):
-        text = source.text
-    elif isinstance(source, bytes):
-        text = source.decode()
-    else:
-        text = source
-    payloads: list[str] = []
-    pending: list[str] | None = None
-    # Split on "\n" only: str.splitlines would also split on U+2028 inside a JSON string.
-    for line in text.replace("\r\n", "\n").split("\n"):
-        if not line:
-            if pending is not None:
-                payloads.append("\n".join(pending))
-                pending = None
-        elif line.startswith(":"):
-            continue  # a comment
-        elif line.startswith("data:"):
-            value = line[5:]
-            pending = [*(pending or []), value[1:] if value.startswith(" ") else value]
-        else:
-            raise AssertionError(f"not a data line in the event stream: {line!r}\n{text}")
-    assert pending is None, f"the stream ends inside an event: {pending!r}"
-    assert payloads, f"no events in the stream: {text!r}"
-    assert payloads[-1] == DONE, f"the stream does not end with data: [DONE]: {text[-500:]!r}"
-    assert payloads.count(DONE) == 1, f"data: [DONE] more than once: {text!r}"
-    events = [json.loads(payload) for payload in payloads[:-1]]
-    assert all(isinstance(event, dict) for event in events), events
-    return events
 
 
 def assert_no_error_event(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ active, active) and drives four states:
                for `resume_after_s` (the hysteresis that stops flapping)
 
 The runtime (`engine.admission.runtime`) feeds samples in and carries out what each
-transition means for the engine; the simulation (`perf.admission_sim`) drives the
+transition means for the engine; the simulation (`python -m perf admission-sim`) drives the
 same machine on simulated time.
 """
 

@@ -1,2 +1,2 @@
-"""Inputs shared by several kinds of tests: adversarial request bytes (`adversarial`)
-and the CPU-time growth check the complexity tests use (`growth`)."""
+"""The CPU-time growth check the complexity tests use (`growth`); the adversarial
+request bytes they feed it are perf/harness/corpus.py (the loop-stall run sends them too)."""

@@ -18,6 +18,7 @@ from tests.docs.blocks import Block
 
 BLOCK_TIMEOUT_S = 300
 VENV_BIN = str(Path(sys.executable).parent)
+ROOT = Path(__file__).resolve().parents[2]
 # The model prepared once for the whole suite: an empty HOME would otherwise mean
 # preparing it again (LILAC_CACHE_DIR is the documented way to point at it).
 MODEL_CACHE = os.environ.get("LILAC_CACHE_DIR") or str(Path.home() / ".cache" / "lilac-serve")
@@ -46,8 +47,10 @@ class Terminal:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             **(extra_env or {}),
         }
-        if "PYTHONPATH" in os.environ:  # the code under test, when it is not installed
-            self.env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        # The code under test, when it is not installed, then the repository's root: a
+        # reader runs `python -m perf` from their checkout, where it is on sys.path.
+        paths = [os.environ.get("PYTHONPATH", ""), str(ROOT)]
+        self.env["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
 
     def run(self, block: Block, text: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run the block (or `text`, the block with its addresses replaced)."""

@@ -1,5 +1,5 @@
 """A real server, started the way `make serve` starts it, on a free local port; one for
-the whole session (see tests/e2e/server.py)."""
+the whole session (see perf/harness/servers.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.server import RunningServer, start_server
+from perf.harness.servers import Server, start_lilac
 
 # The shared server runs with an admin key (from the environment, as docs/admission.md says to
 # give it) and one allowed web origin, for the cross-site tests.
@@ -17,8 +17,8 @@ ALLOWED_ORIGIN = "http://app.example"
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = start_lilac(
         tmp_path_factory.mktemp("server"),
         extra_args=("--allowed-origins", ALLOWED_ORIGIN),
         extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},

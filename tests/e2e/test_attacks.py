@@ -1,5 +1,5 @@
 """The attack matrix, short: a real server with `--auth keys`, one key flooding while
-another sends one request a second (perf/attacks.py; `make attacks` runs it long).
+another sends one request a second (perf/scenarios/attacks.py; `make attacks` runs it long).
 Whatever the attacker sends, the victim is never refused and the engine ends clean."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from perf.attacks import Target, alone, attacks, run_attack, start
+from perf.scenarios.attacks import Target, alone, attacks, run_attack, start
 
 pytestmark = pytest.mark.e2e
 SECONDS = 4.0

@@ -14,14 +14,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.server import RunningServer
+from perf.harness.servers import Server
 
 FREED_WITHIN_S = 1.0
 LONG = {"max_tokens": 400, "ignore_eos": True, "temperature": 1.0}
 CHAT = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 
 
-def send(server: RunningServer, path: str, body: dict[str, object]) -> socket.socket:
+def send(server: Server, path: str, body: dict[str, object]) -> socket.socket:
     """A raw HTTP/1.1 POST; the caller reads what it wants and closes."""
     url = urlsplit(server.base_url)
     sock = socket.create_connection((url.hostname, url.port), timeout=60)
@@ -44,7 +44,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float) -> float:
     return time.monotonic() - start
 
 
-def leave_and_time(server: RunningServer, sock: socket.socket) -> float:
+def leave_and_time(server: Server, sock: socket.socket) -> float:
     """Close the client's socket; seconds until the engine holds nothing (printed: `-s`)."""
     sock.close()
     freed_s = wait_for(lambda: server.unfinished_requests() == 0, 30.0)
@@ -52,12 +52,12 @@ def leave_and_time(server: RunningServer, sock: socket.socket) -> float:
     return freed_s
 
 
-def engine_holds(server: RunningServer, count: int) -> None:
+def engine_holds(server: Server, count: int) -> None:
     wait_for(lambda: server.unfinished_requests() >= count, 60.0)
 
 
 @pytest.fixture(autouse=True)
-def idle_engine(server: RunningServer) -> None:
+def idle_engine(server: Server) -> None:
     wait_for(lambda: server.unfinished_requests() == 0, 60.0)
 
 
@@ -67,7 +67,7 @@ def chat(**extra: object) -> dict[str, object]:
 
 @pytest.mark.parametrize(("n", "stream"), [(1, False), (3, False), (3, True)])
 def test_a_client_gone_before_any_output_frees_its_work(
-    server: RunningServer, n: int, stream: bool
+    server: Server, n: int, stream: bool
 ) -> None:
     """Non-streamed (the answer would come at the end), or a stream before its first
     byte: nothing is written to notice the closed socket by; every choice is aborted."""
@@ -76,7 +76,7 @@ def test_a_client_gone_before_any_output_frees_its_work(
     assert leave_and_time(server, sock) < FREED_WITHIN_S
 
 
-def test_a_client_gone_mid_stream_frees_its_work(server: RunningServer) -> None:
+def test_a_client_gone_mid_stream_frees_its_work(server: Server) -> None:
     sock = send(server, "/v1/chat/completions", chat(stream=True, n=2))
     received = b""
     while received.count(b"data: ") < 4:
@@ -85,14 +85,14 @@ def test_a_client_gone_mid_stream_frees_its_work(server: RunningServer) -> None:
     assert leave_and_time(server, sock) < FREED_WITHIN_S
 
 
-def test_a_multi_prompt_completion_gone_frees_every_prompt(server: RunningServer) -> None:
+def test_a_multi_prompt_completion_gone_frees_every_prompt(server: Server) -> None:
     body = {"model": DEFAULT_MODEL_NAME, "prompt": ["Once upon a time"] * 4, **LONG}
     sock = send(server, "/v1/completions", body)
     engine_holds(server, 4)
     assert leave_and_time(server, sock) < FREED_WITHIN_S
 
 
-def test_a_client_gone_right_after_sending_frees_its_work(server: RunningServer) -> None:
+def test_a_client_gone_right_after_sending_frees_its_work(server: Server) -> None:
     """Gone before admission or the first step: whatever it reached is ended."""
     sock = send(server, "/v1/chat/completions", chat(stream=True))
     assert leave_and_time(server, sock) < FREED_WITHIN_S + 1.0  # it may not have started

@@ -8,7 +8,8 @@ import httpx
 import psutil
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.conftest import ADMIN_KEY, ALLOWED_ORIGIN, RunningServer
+from perf.harness.servers import Server
+from tests.e2e.conftest import ADMIN_KEY, ALLOWED_ORIGIN
 
 BODY = b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}' % (
     DEFAULT_MODEL_NAME.encode()
@@ -16,7 +17,7 @@ BODY = b'{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "max_t
 CHAT = "/v1/chat/completions"
 
 
-def test_post_bodies_must_be_json(server: RunningServer) -> None:
+def test_post_bodies_must_be_json(server: Server) -> None:
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
         for content_type in ("text/plain", "application/x-www-form-urlencoded"):
             response = http.post(CHAT, content=BODY, headers={"content-type": content_type})
@@ -31,7 +32,7 @@ def test_post_bodies_must_be_json(server: RunningServer) -> None:
         assert too_deep.status_code == 400 and too_deep.json()["error"]["code"] == "json_too_deep"
 
 
-def test_cors_only_for_the_allowed_origin(server: RunningServer) -> None:
+def test_cors_only_for_the_allowed_origin(server: Server) -> None:
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
         preflight = http.options(
             CHAT,
@@ -51,7 +52,7 @@ def test_cors_only_for_the_allowed_origin(server: RunningServer) -> None:
         assert "access-control-allow-origin" not in response.headers
 
 
-def test_admin_key_works_and_stays_out_of_the_engine_processes(server: RunningServer) -> None:
+def test_admin_key_works_and_stays_out_of_the_engine_processes(server: Server) -> None:
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
         ok = http.get("/admin/admission/", headers={"authorization": f"Bearer {ADMIN_KEY}"})
         assert ok.status_code == 200, ok.text

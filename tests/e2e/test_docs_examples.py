@@ -19,24 +19,20 @@ completion for the key, one usage row per call, and a revoked key refused with a
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
+from perf.harness.servers import Server, free_port, lilac_argv
 from tests.docs.blocks import Block, all_blocks
-from tests.docs.runner import VENV_BIN, Terminal
+from tests.docs.runner import Terminal
 from tests.e2e.conftest import ADMIN_KEY
-from tests.e2e.server import RunningServer, free_port, wait_healthy
 
 BLOCKS = [block for block in all_blocks() if block.runs]
 DOCUMENTED_ADDRESSES = ("127.0.0.1:8000", "localhost:8000")
@@ -48,7 +44,7 @@ class Page:
     """One page's terminal, and its keys server once started."""
 
     terminal: Terminal
-    server: RunningServer | None = None
+    server: Server | None = None
     key_id: str = ""  # the key the tenants page made
 
 
@@ -58,9 +54,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Page]]
     yield opened
     for page in opened.values():
         if page.server is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(page.server.process.pid, signal.SIGKILL)
-            page.server.process.wait(timeout=60)
+            page.server.kill_all()
 
 
 def _page(pages: dict[str, Page], path: str, tmp_path_factory: pytest.TempPathFactory) -> Page:
@@ -71,26 +65,18 @@ def _page(pages: dict[str, Page], path: str, tmp_path_factory: pytest.TempPathFa
     return pages[path]
 
 
-def _keys_server(page: Page) -> RunningServer:
+def _keys_server(page: Page) -> Server:
     """`lilac-serve serve --auth keys` over the page's keys database, on loopback."""
     if page.server is None:
         port = free_port()
         log_path = page.terminal.home.parent / f"{page.terminal.home.name}-server.log"
-        command = [
-            str(Path(VENV_BIN) / "lilac-serve"), "serve", "--auth", "keys", "--port", str(port),
-            "--max-model-len", "2048", "--cpu-kvcache-space-gib", "1",
-        ]  # fmt: skip
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=page.terminal.env,
-                cwd=page.terminal.home,
-                start_new_session=True,  # so that the teardown's kill reaches the engine
-            )
-        page.server = RunningServer(process, f"http://127.0.0.1:{port}", log_path, log_path)
-        wait_healthy(page.server, timeout_s=600)
+        command = lilac_argv(
+            port, "--auth", "keys", "--max-model-len", "2048", "--cpu-kvcache-space-gib", "1"
+        )
+        page.server = Server(
+            command, log_path, port=port, environ=page.terminal.env, cwd=page.terminal.home
+        )
+        page.server.wait_healthy(600)
     return page.server
 
 

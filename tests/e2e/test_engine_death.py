@@ -12,7 +12,7 @@ import httpx
 import psutil
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.server import RunningServer, start_server
+from perf.harness.servers import Server, start_lilac
 
 EXIT_WITHIN_S = 10.0
 BODY = {
@@ -23,7 +23,7 @@ BODY = {
 }
 
 
-def engine_core(server: RunningServer) -> psutil.Process:
+def engine_core(server: Server) -> psutil.Process:
     for child in psutil.Process(server.process.pid).children(recursive=True):
         if "EngineCore" in " ".join(child.cmdline()):
             return child
@@ -38,7 +38,7 @@ async def in_flight(client: httpx.AsyncClient, stream: bool) -> tuple[int, str]:
         return r.status_code, "".join([line + "\n" async for line in r.aiter_lines()])
 
 
-async def kill_under_load(server: RunningServer) -> tuple[list[tuple[int, str]], httpx.Response]:
+async def kill_under_load(server: Server) -> tuple[list[tuple[int, str]], httpx.Response]:
     async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
         tasks = [asyncio.create_task(in_flight(client, stream=i % 2 == 1)) for i in range(6)]
         while server.unfinished_requests() < 6:
@@ -51,7 +51,7 @@ async def kill_under_load(server: RunningServer) -> tuple[list[tuple[int, str]],
 
 
 def test_killed_engine_core_ends_requests_reports_and_exits(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+    server = start_lilac(tmp_path)
     try:
         endings, health = asyncio.run(kill_under_load(server))
         killed_at = time.monotonic()

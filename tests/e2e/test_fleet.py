@@ -5,16 +5,16 @@ fail (the router retries the 503s the replica answers meanwhile), and the replic
 take traffic again once its owner is idle.
 
 The replicas run the scripted engine so that this fits in the test suite; `make
-fleet-demo` runs the same on the default model (perf/fleet.py)."""
+fleet-demo` runs the same on the default model (perf/scenarios/fleet.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from perf.fleet import FleetConfig, run
-from tests.e2e.server import free_port
+from perf.harness.servers import free_port
+from perf.scenarios.fleet import FleetConfig, run
 
-HEALTH_INTERVAL_S = 1.0  # perf.fleet.ROUTER_FLAGS
+HEALTH_INTERVAL_S = 1.0  # perf.scenarios.fleet.ROUTER_FLAGS
 FAILURE_THRESHOLD = 2
 BREAKER_TIMEOUT_S = 5.0  # a circuit breaker opened by B's 503s may hold it out this long
 

@@ -9,13 +9,13 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.server import RunningServer
+from perf.harness.servers import Server
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def sdk(server: RunningServer) -> openai.OpenAI:
+def sdk(server: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
 
 
@@ -73,7 +73,7 @@ def test_openai_unknown_model_raises_not_found(sdk: openai.OpenAI) -> None:
         (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
     ],
 )
-def test_raw_bad_inputs(server: RunningServer, raw: bytes, status: int, param: str | None) -> None:
+def test_raw_bad_inputs(server: Server, raw: bytes, status: int, param: str | None) -> None:
     response = httpx.post(
         f"{server.base_url}/v1/chat/completions",
         content=raw,
@@ -85,13 +85,13 @@ def test_raw_bad_inputs(server: RunningServer, raw: bytes, status: int, param: s
     assert error["type"] == "invalid_request_error"
 
 
-def test_raw_unknown_route(server: RunningServer) -> None:
+def test_raw_unknown_route(server: Server) -> None:
     response = httpx.post(f"{server.base_url}/v1/nothing", json={})
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
 
 
-def test_disconnect_mid_stream_aborts_engine_request(server: RunningServer) -> None:
+def test_disconnect_mid_stream_aborts_engine_request(server: Server) -> None:
     request = {
         "model": DEFAULT_MODEL_NAME,
         "messages": [{"role": "user", "content": "Tell me a very long story."}],

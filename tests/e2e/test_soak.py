@@ -1,15 +1,15 @@
 """A short soak of the session's real server: mixed traffic (valid, bad, abandoned at
 random points, a burst) with the GPU's owner reclaiming it mid-load. No failure a fault
-does not explain, and the engine empty at the end (perf/soak.py is the harness; `make
+does not explain, and the engine empty at the end (perf/soak/run.py is the harness; `make
 soak` runs the long version with SIGTERM and an engine-core kill)."""
 
 from __future__ import annotations
 
-from perf.soak import SHORT_PLAN, ServerSlot, SoakConfig, run_soak
-from tests.e2e.server import RunningServer
+from perf.harness.servers import Server
+from perf.soak.run import SHORT_PLAN, ServerSlot, SoakConfig, run_soak
 
 
-async def test_short_soak_with_an_owner_reclaim(server: RunningServer) -> None:
+async def test_short_soak_with_an_owner_reclaim(server: Server) -> None:
     config = SoakConfig(
         plan=SHORT_PLAN, concurrency=3, max_tokens=8, max_requests=400, max_wall_s=80
     )

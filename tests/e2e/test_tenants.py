@@ -6,13 +6,9 @@ for every response a client received whole."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,17 +20,16 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.server import free_port
+from perf.harness.servers import LILAC, Server, free_port, lilac_argv
 
 STARTUP_TIMEOUT_S = 600  # a loaded CI box: the engine alone took minutes
 HI = [{"role": "user", "content": "Say hi."}]
-LILAC = str(Path(sys.executable).with_name("lilac-serve"))
 
 
 class TenantServer:
-    def __init__(self, process: subprocess.Popen[bytes], url: str, data: Path) -> None:
-        self.process = process
-        self.url = url
+    def __init__(self, server: Server, data: Path) -> None:
+        self.server = server
+        self.url = server.base_url
         self.data = data
 
     def cli(self, *args: str) -> str:
@@ -55,45 +50,19 @@ class TenantServer:
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantServer]:
     data = tmp_path_factory.mktemp("tenants")
     port = free_port()
-    log_path = data / "server.log"
     subprocess.run(
         [LILAC, "keys", "create", "--name", "bootstrap", "--data-dir", str(data)],
         check=True,
         capture_output=True,
     )
-    command = [
-        LILAC, "serve", "--auth", "keys", "--data-dir", str(data), "--port", str(port),
+    argv = lilac_argv(
+        port, "--auth", "keys", "--data-dir", str(data),
         "--max-model-len", "2048", "--cpu-kvcache-space-gib", "1",
-    ]  # fmt: skip
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with log_path.open("wb") as log:
-        # Its own process group: kill -9 reaches granian's worker and the engine too.
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited early:\n{log_path.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            kill_group(process)
-            raise AssertionError(f"server not ready in time:\n{log_path.read_text()[-4000:]}")
-        time.sleep(1)
-    yield TenantServer(process, url, data)
-    kill_group(process)
-
-
-def kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the server, its granian worker and its engine processes at once."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
+    )  # fmt: skip
+    server = Server(argv, data / "server.log", port=port, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    server.wait_healthy(STARTUP_TIMEOUT_S)
+    yield TenantServer(server, data)
+    server.kill_all()
 
 
 def test_a_tenants_life(tenants: TenantServer) -> None:
@@ -178,7 +147,7 @@ def test_kill_9_under_load_loses_no_completed_request(tenants: TenantServer) -> 
     deadline = time.monotonic() + 60
     while len(seen) < 8 and time.monotonic() < deadline:
         time.sleep(0.1)
-    kill_group(tenants.process)
+    tenants.server.kill_all()  # kill -9 of the whole process group
     stop.set()
     for worker in workers:
         worker.join(timeout=60)

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tests.corpus.adversarial import unclosed_escaped_string
-from tests.e2e.conftest import RunningServer
+from perf.harness.corpus import unclosed_escaped_string
+from perf.harness.servers import Server
 
 CHAT = "/v1/chat/completions"
 GENEROUS_S = 2.0
@@ -50,7 +50,7 @@ async def _attack_and_poll(base_url: str) -> tuple[httpx.Response, float, list[f
 
 
 def test_the_unclosed_string_body_is_a_quick_400_and_health_answers(
-    server: RunningServer,
+    server: Server,
 ) -> None:
     response, took, health = asyncio.run(_attack_and_poll(server.base_url))
     assert response.status_code == 400, response.text
@@ -97,7 +97,7 @@ def _posts_by_status(metrics: str) -> dict[str, float]:
     return counts
 
 
-def test_a_client_gone_mid_body_is_logged_as_gone(server: RunningServer) -> None:
+def test_a_client_gone_mid_body_is_logged_as_gone(server: Server) -> None:
     before_log = server.log_path.stat().st_size
     before = _posts_by_status(server.metrics_text())
     ids = [f"half-body-{i}" for i in range(3)]

@@ -22,8 +22,8 @@ from engine import families
 from engine.checkpoint import default_model_dir, is_prepared
 from engine.vllm_backend.config import EngineConfig
 from engine.vllm_backend.engine import VLLMEngine
+from perf.harness.family_model import MARKERS, make_family_checkpoint
 from tests.client import app_client, stream_events
-from tests.family_model import MARKERS, make_family_checkpoint
 
 MODEL = "family-test"
 URL = "/v1/chat/completions"

@@ -29,8 +29,8 @@ from engine.warm.model import ModelState, WarmConfig, WarmModel
 from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper
 from engine.warm.wakes import WakeBudget
+from perf.harness.family_model import make_family_checkpoint
 from tests.client import AppClient, app_client, provided
-from tests.family_model import make_family_checkpoint
 
 SECOND = "warm-second"
 URL = "/v1/chat/completions"

@@ -18,7 +18,7 @@ from app.request_body import decode_checked
 from app.schemas.chat import chat_request_decoder
 from app.schemas.completions import completion_request_decoder
 from app.services.tools import MAX_ARGUMENTS_DEPTH, template_tool_calls
-from tests.corpus import adversarial as corpus
+from perf.harness import corpus
 from tests.corpus.growth import assert_linear, swallow
 
 # The scan this module had before: a backtracking regular expression, quadratic on an

@@ -25,7 +25,7 @@ from engine.schema_bounds import (
 from engine.templates import load_template_file, render_chat
 from engine.vllm_backend.outputs import check_token_ids
 from engine.vllm_backend.structured import _parses
-from tests.corpus import adversarial as corpus
+from perf.harness import corpus
 from tests.corpus.growth import assert_linear, swallow
 
 SCHEMAS = {

@@ -25,7 +25,7 @@ from app.services.extensions import structured_output
 from app.services.image_decoding import ImageRef, decode_data_uri, decode_image, image_refs
 from app.services.sampling import sampling_options
 from engine.errors import EngineRequestError
-from tests.corpus import adversarial as corpus
+from perf.harness import corpus
 from tests.corpus.growth import assert_linear, swallow
 
 REFUSED = (InvalidRequest, EngineRequestError, msgspec.ValidationError)

@@ -1,7 +1,7 @@
 """Output parsing: each family's vLLM reasoning parser, fed the way the engine feeds it.
 
 The tokenizer is SmolLM2's with the families' markers as single tokens (see
-tests/family_model.py). Every output is fed whole, token by token, and split in two at
+perf/harness/family_model.py). Every output is fed whole, token by token, and split in two at
 every token boundary; all must give the same reasoning and content.
 """
 
@@ -19,7 +19,7 @@ from engine.vllm_backend.reasoning import (
     RequestParsing,
     last_occurrence,
 )
-from tests.family_model import make_family_checkpoint
+from perf.harness.family_model import make_family_checkpoint
 
 
 @pytest.fixture(scope="module")

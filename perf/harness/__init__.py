@@ -1,0 +1,1 @@
+"""What the benchmarks and the tests share: starting servers, ports, SSE, corpus, results."""

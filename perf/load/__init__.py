@@ -1,0 +1,1 @@
+"""The load benchmark against `vllm serve` and the offline engine, and its companions."""

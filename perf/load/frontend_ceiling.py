@@ -1,0 +1,219 @@
+"""Frontend ceiling: our app under granian over the scripted engine, many streams.
+
+The engine yields its tokens instantly. Reports streamed tokens/s and requests/s, per
+wall second and per CPU second of the HTTP process (= per core it keeps busy).
+
+    python -m perf frontend-ceiling [--concurrency 64] [--tokens 256] [--duration 10]
+
+The load client is this process: raw HTTP/1.1 over asyncio streams with keep-alive, about
+the cheapest client there is, so that on a small machine the server stays the bottleneck.
+The server is `python -m perf scripted-app` (granian, one worker, uvloop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import psutil
+
+from perf.harness.results import output
+from perf.harness.servers import Server, cpu_seconds, scripted_argv
+
+OUT = output("frontend-ceiling")
+DONE = b"data: [DONE]\n\n"
+TOKEN_MARK = b'"delta":'
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    tokens: int = 0
+    errors: int = 0
+
+
+AUTHORIZATION = ""  # "Authorization: Bearer ...\r\n" with --keys
+
+
+def _request(port: int, tokens: int, stream: bool) -> bytes:
+    body = json.dumps(
+        {
+            "model": "scripted",
+            "messages": [{"role": "user", "content": "Tell me a story."}],
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "stream": stream,
+        }
+    ).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"{AUTHORIZATION}\r\n"
+    )
+    return head.encode() + body
+
+
+async def _read_stream(reader: asyncio.StreamReader) -> int:
+    """Read one chunked SSE response up to `data: [DONE]`; the number of token chunks."""
+    count, tail = 0, b""
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        window = tail + data
+        count += window.count(TOKEN_MARK) - tail.count(TOKEN_MARK)
+        if DONE in window:
+            # Drain the terminating zero-length chunk so the next request starts clean.
+            while not window.endswith(b"0\r\n\r\n"):
+                window += await reader.read(64)
+            return count
+        tail = window[-64:]
+
+
+async def _read_plain(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.lower().split(b"\r\n")
+        if line.startswith(b"content-length:")
+    )
+    body = await reader.readexactly(length)
+    return 1 if b'"content"' in body else 0
+
+
+async def _client(port: int, tokens: int, stream: bool, until: float, tally: Tally) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = _request(port, tokens, stream)
+    try:
+        while time.monotonic() < until:
+            writer.write(request)
+            got = await (_read_stream(reader) if stream else _read_plain(reader))
+            tally.requests += 1
+            tally.tokens += got if stream else tokens
+            if stream and got != tokens:
+                tally.errors += 1
+    finally:
+        writer.close()
+
+
+async def drive(port: int, concurrency: int, tokens: int, stream: bool, seconds: float) -> Tally:
+    tally = Tally()
+    until = time.monotonic() + seconds
+    await asyncio.gather(*(_client(port, tokens, stream, until, tally) for _ in range(concurrency)))
+    return tally
+
+
+@dataclass
+class Result:
+    scenario: str
+    concurrency: int
+    tokens_per_request: int
+    wall_s: float
+    requests: int
+    tokens: int
+    errors: int
+    server_cpu_s: float
+    client_cpu_s: float
+    tokens_per_s: float
+    requests_per_s: float
+    tokens_per_cpu_s: float
+    requests_per_cpu_s: float
+
+
+def measure(
+    server: Server, port: int, concurrency: int, tokens: int, stream: bool, seconds: float
+) -> Result:
+    http = server.http_process(granian=True)
+    me = psutil.Process()
+    asyncio.run(drive(port, concurrency, tokens, stream, min(1.0, seconds)))  # warm-up
+    cpu0, client0, t0 = cpu_seconds(http), cpu_seconds(me), time.perf_counter()
+    tally = asyncio.run(drive(port, concurrency, tokens, stream, seconds))
+    wall = time.perf_counter() - t0
+    cpu, client = cpu_seconds(http) - cpu0, cpu_seconds(me) - client0
+    return Result(
+        scenario="streamed" if stream else "non-streamed",
+        concurrency=concurrency,
+        tokens_per_request=tokens,
+        wall_s=round(wall, 2),
+        requests=tally.requests,
+        tokens=tally.tokens,
+        errors=tally.errors,
+        server_cpu_s=round(cpu, 2),
+        client_cpu_s=round(client, 2),
+        tokens_per_s=round(tally.tokens / wall),
+        requests_per_s=round(tally.requests / wall, 1),
+        tokens_per_cpu_s=round(tally.tokens / cpu) if cpu else 0,
+        requests_per_cpu_s=round(tally.requests / cpu, 1) if cpu else 0,
+    )
+
+
+def table(results: list[Result]) -> str:
+    lines = [
+        "| scenario | conc. | tokens/req | tokens/s | req/s | HTTP-process CPU s | "
+        "tokens/s per core | req/s per core | client CPU s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.scenario} | {r.concurrency} | {r.tokens_per_request} | {r.tokens_per_s:,} | "
+            f"{r.requests_per_s:,} | {r.server_cpu_s} / {r.wall_s} s | "
+            f"{r.tokens_per_cpu_s:,} | {r.requests_per_cpu_s:,} | {r.client_cpu_s} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8011)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per streamed request")
+    parser.add_argument("--short-tokens", type=int, default=16, help="tokens per plain request")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
+    parser.add_argument("--granian-opt", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument(
+        "--keys",
+        action="store_true",
+        help="serve with --auth keys (a SQLite keys database, limits and usage metering)",
+    )
+    args = parser.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    env = _keys_env() if args.keys else None
+    argv = scripted_argv(args.port, "create", *args.granian_opt)
+    server = Server(argv, OUT / "frontend_server.log", port=args.port, env=env)
+    try:
+        server.wait_healthy(60)
+        print(f"HTTP process: pid {server.http_process(granian=True).pid}", flush=True)
+        results = [
+            measure(server, args.port, args.concurrency, args.tokens, True, args.duration),
+            measure(server, args.port, args.concurrency, args.short_tokens, False, args.duration),
+        ]
+    finally:
+        server.stop()
+    text = table(results)
+    print(text)
+    (OUT / "frontend_ceiling.md").write_text(text + "\n")
+    (OUT / "frontend_ceiling.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    return 0 if all(r.errors == 0 for r in results) else 1
+
+
+def _keys_env() -> dict[str, str]:
+    """A fresh keys database with one key whose limits never bind; the clients send it."""
+    import tempfile
+
+    from app.tenancy.db import open_database
+    from app.tenancy.keys import KeyLimits, KeyStore
+
+    global AUTHORIZATION
+    folder = tempfile.mkdtemp(prefix="lilac-ceiling-")
+
+    async def make_key() -> str:
+        database = await open_database(f"sqlite:///{folder}/lilac.db")
+        _, secret = await KeyStore(database).create("ceiling", KeyLimits(rpm=10**9, tpm=10**12))
+        await database.dispose()
+        return secret
+
+    AUTHORIZATION = f"Authorization: Bearer {asyncio.run(make_key())}\r\n"
+    return {"LILAC_BENCH_KEYS_DIR": folder}

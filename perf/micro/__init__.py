@@ -1,0 +1,1 @@
+"""Micro-benchmarks of the hot paths (pytest-benchmark, `make bench`) and their gate."""

@@ -1,0 +1,38 @@
+"""Every command of the suite, by name: `python -m perf NAME [ARGS]` runs the module's
+`main(argv)`, and `python -m perf --help` lists them with the first line of each
+module's docstring. A new scenario is one line here (kept in alphabetical order)."""
+
+from __future__ import annotations
+
+SCENARIOS: dict[str, str] = {
+    "admission-sim": "perf.scenarios.admission_sim",
+    "admission-yield": "perf.scenarios.admission_yield",
+    "attacks": "perf.scenarios.attacks",
+    "bench": "perf.micro.bench",
+    "burst": "perf.load.burst",
+    "compare": "perf.micro.compare",
+    "costs": "perf.load.costs",
+    "fleet": "perf.scenarios.fleet",
+    "frontend-ceiling": "perf.load.frontend_ceiling",
+    "gpu-probe-check": "perf.scenarios.gpu_probe_check",
+    "load": "perf.load.benchmark",
+    "load-report": "perf.load.report",
+    "loop-stall": "perf.scenarios.loop_stall",
+    "no-admission": "perf.load.no_admission",
+    "offline": "perf.load.offline",
+    "profile-server": "perf.load.profile_server",
+    "scripted-app": "perf.harness.scripted_app",
+    "soak": "perf.soak.run",
+    "structured": "perf.scenarios.structured_bench",
+    "warm": "perf.scenarios.warm",
+    "warm-alternating": "perf.scenarios.warm_alternating",
+}
+
+# The heading each sub-package's commands are listed under.
+KINDS: dict[str, str] = {
+    "perf.micro": "micro-benchmarks",
+    "perf.load": "load",
+    "perf.soak": "soak and faults",
+    "perf.scenarios": "scenarios",
+    "perf.harness": "servers",
+}

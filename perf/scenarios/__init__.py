@@ -1,0 +1,1 @@
+"""Scenarios against real servers and simulations: attacks, fleet, stalls, warm models..."""
