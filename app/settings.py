@@ -348,6 +348,14 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             section="tenants",
         ),
     ] = 32
+    batch_concurrency_beside_interactive: Annotated[
+        int,
+        Flag(
+            "batch lines one replica starts while interactive requests run: fewer lines in "
+            "the engine's batch keep interactive latency close to its value without a batch",
+            section="tenants",
+        ),
+    ] = 2
     batch_lease_s: Annotated[
         float,
         Flag(

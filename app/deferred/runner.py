@@ -60,6 +60,8 @@ class Capacity(Protocol):
 
     def deferred_running(self) -> int: ...
 
+    def interactive_running(self) -> int: ...
+
     def interactive_waiting(self) -> bool: ...
 
 
@@ -90,6 +92,7 @@ class DeferredRunner:
         *,
         replica: str,
         concurrency: int = 32,
+        beside_interactive: int = 2,
         lease_s: float = 60.0,
         tick_s: float = 0.25,
         jobs_every_s: float = 1.0,
@@ -101,6 +104,7 @@ class DeferredRunner:
         self.handlers = {handler.kind: handler for handler in handlers}
         self.replica = replica
         self.concurrency = concurrency
+        self.beside_interactive = beside_interactive
         self.lease_s = lease_s
         self.tick_s = tick_s
         self.jobs_every_s = jobs_every_s
@@ -198,7 +202,10 @@ class DeferredRunner:
         """Lines that may start now: within the concurrency flag and admission's room for
         deferred work, less this runner's lines started but not yet admitted."""
         starting = max(0, len(self.running) - self.capacity.deferred_running())
-        return min(self.concurrency - len(self.running), self.capacity.deferred_room() - starting)
+        # Every line in the engine's batch slows each step of an interactive request:
+        # while one runs, only a few lines may (those running finish; none is cut).
+        limit = self.beside_interactive if self.capacity.interactive_running() else self.concurrency
+        return min(limit - len(self.running), self.capacity.deferred_room() - starting)
 
     async def _fill(self) -> None:
         room = self._room()

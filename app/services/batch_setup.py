@@ -56,6 +56,7 @@ def build_batches(
         [jobs],
         replica=replica,
         concurrency=settings.batch_concurrency,
+        beside_interactive=settings.batch_concurrency_beside_interactive,
         lease_s=settings.batch_lease_s,
         should_poll=lambda: has_database(database),
     )

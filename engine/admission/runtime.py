@@ -107,6 +107,10 @@ class AdmissionController:
         """Whether an interactive request waits in the queue (deferred work never does)."""
         return any(not t.client.startswith(DEFERRED_PREFIX) for t in self.queue.waiting)
 
+    def interactive_running(self) -> int:
+        """Interactive generations admitted and running now."""
+        return sum(not t.client.startswith(DEFERRED_PREFIX) for t in self.queue.running.values())
+
     def deferred_running(self) -> int:
         """Deferred generations admitted and running now."""
         return sum(t.client.startswith(DEFERRED_PREFIX) for t in self.queue.running.values())

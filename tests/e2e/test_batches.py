@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from tests.e2e.server import RunningServer, start_server
+from perf.harness.servers import Server, start_lilac
 
 LILAC = str(Path(sys.executable).with_name("lilac-serve"))
 ADMIN_KEY = "batches-admin-key"
@@ -39,8 +39,8 @@ class BatchServer:
         self.secret = result.stdout.strip()
         self.server = self.start()
 
-    def start(self) -> RunningServer:
-        return start_server(
+    def start(self) -> Server:
+        return start_lilac(
             self.workdir,
             extra_args=(
                 "--auth", "keys", "--data-dir", str(self.data),

@@ -403,3 +403,31 @@ async def test_operators_see_every_batch_and_the_metrics(
             if line.startswith('lilac_batch_tokens_total{kind="completion"}')
         ]
         assert completion and float(completion[0].split()[-1]) > 0
+
+
+async def test_few_lines_start_while_interactive_requests_run(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    engine = ScriptedEngine(tokens=["x"] * 100, token_delay_s=0.01)
+    async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
+        admission = provided(http.app, "admission")
+        key_id, secret = await new_key(tenancy)
+        runner = runner_of(http)
+        lines = [chat_line(f"r{i}", max_tokens=100) for i in range(8)]
+        batch = await create(http, secret, await upload(http, key_id, lines))
+        body = {
+            "model": "scripted",
+            "max_tokens": 60,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        interactive = asyncio.create_task(http.post(CHAT, json=body, headers=bearer(secret)))
+        while admission.interactive_running() < 1:
+            await asyncio.sleep(0.01)
+        for _ in range(5):
+            await runner.step()
+        assert len(runner.running) == runner.beside_interactive == 2
+        assert (await interactive).status_code == 200
+        await runner.step()
+        assert len(runner.running) > 2  # alone again: up to the concurrency flag
+        done = await finished(http, secret, batch)
+        assert done["request_counts"]["completed"] == 8

@@ -1,7 +1,7 @@
 """Batch throughput against the offline engine, and interactive TTFT beside a batch.
 
-    python -m perf.batch_bench --phase offline   # the ceiling: the engine in process
-    python -m perf.batch_bench --phase server    # the same lines as a batch, then TTFT
+    python -m perf batch --phase offline   # the ceiling: the engine in process
+    python -m perf batch --phase server    # the same lines as a batch, then TTFT
 
 `offline` runs the batch's requests on our engine adapter in this process (no HTTP, no
 database), at the batch concurrency: output tokens per second, the ceiling. `server`
@@ -10,8 +10,7 @@ starts `lilac-serve` (same engine flags), and measures, in order: interactive TT
 alone, from creation to `completed` (output tokens per second over that time); then the
 same interactive load while a second batch runs (TTFT p50/p99 beside a batch). Lines
 and interactive requests use `ignore_eos`, so each generates exactly `--max-tokens`.
-Results are JSON lines on stdout and in `--out`. One module, no shared state: easy to
-move under `python -m perf SCENARIO`.
+Results are JSON lines on stdout and in `--out`.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import io
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -52,7 +50,7 @@ def percentile(values: list[float], q: float) -> float:
 async def offline(args: argparse.Namespace) -> dict[str, Any]:
     from engine.checkpoint import resolve_model
     from engine.vllm_backend.engine import EngineConfig, VLLMEngine
-    from perf.offline import _run
+    from perf.load.offline import _run
 
     os.environ.update({"VLLM_CPU_KVCACHE_SPACE": KV_GIB, "HF_HUB_OFFLINE": "1"})
     model_dir, name = resolve_model(None)
@@ -147,11 +145,11 @@ def server(args: argparse.Namespace) -> list[dict[str, Any]]:
     import openai
 
     from engine.checkpoint import DEFAULT_MODEL_NAME
-    from tests.e2e.server import start_server
+    from perf.harness.servers import start_lilac
 
     rows: list[dict[str, Any]] = []
     workdir = Path(tempfile.mkdtemp(prefix="batch-bench-"))
-    running = start_server(
+    running = start_lilac(
         workdir,
         extra_args=("--data-dir", str(workdir / "data"), "--log-level", "warning",
                     "--batch-concurrency", str(args.concurrency)),
@@ -204,7 +202,3 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.phase}.json").write_text(json.dumps(rows, indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
