@@ -162,6 +162,8 @@ def server(args: argparse.Namespace) -> list[dict[str, Any]]:
             running.base_url, model, args.interactive, args.interactive_concurrency,
             args.max_tokens, "alone")))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
+        if args.beside_only:
+            return beside_batch(args, client, model, running.base_url, rows)
         started = time.perf_counter()
         batch = wait_done(client, submit(client, model, args.lines, args.max_tokens, "batch").id)
         duration = time.perf_counter() - started
@@ -170,17 +172,25 @@ def server(args: argparse.Namespace) -> list[dict[str, Any]]:
                      "completed": batch.request_counts.completed, "output_tokens": tokens,
                      "duration_s": duration, "output_tok_s": tokens / duration})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
-        beside = submit(client, model, args.lines, args.max_tokens, "beside")
-        time.sleep(2.0)  # the batch is running
-        ttfts = interactive(running.base_url, model, args.interactive,
-                            args.interactive_concurrency, args.max_tokens, "beside")  # fmt: skip
-        running_still = client.batches.retrieve(beside.id).status == "in_progress"
-        rows.append({**ttft_row("interactive_beside_batch", ttfts),
-                     "batch_still_running": running_still})  # fmt: skip
-        print(json.dumps(rows[-1]), flush=True)
-        client.batches.cancel(beside.id)
+        return beside_batch(args, client, model, running.base_url, rows)
     finally:
         running.kill_all()
+
+
+def beside_batch(
+    args: argparse.Namespace, client: Any, model: str, base_url: str, rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The interactive load again, while a batch runs."""
+    beside = submit(client, model, args.lines, args.max_tokens, "beside")
+    time.sleep(2.0)  # the batch is running
+    ttfts = interactive(base_url, model, args.interactive,
+                        args.interactive_concurrency, args.max_tokens, "beside")  # fmt: skip
+    batch = client.batches.retrieve(beside.id)
+    rows.append({**ttft_row("interactive_beside_batch", ttfts),
+                 "batch_still_running": batch.status == "in_progress",
+                 "batch_lines_done_meanwhile": batch.request_counts.completed})  # fmt: skip
+    print(json.dumps(rows[-1]), flush=True)
+    client.batches.cancel(beside.id)
     return rows
 
 
@@ -192,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--interactive", type=int, default=32)
     parser.add_argument("--interactive-concurrency", type=int, default=4)
+    parser.add_argument("--beside-only", action="store_true", help="skip the batch alone")
     parser.add_argument("--out", type=Path, default=Path("perf/out/batch"))
     args = parser.parse_args(argv)
     if args.phase == "offline":
