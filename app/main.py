@@ -121,6 +121,7 @@ def build_engine(
         tool_parser=settings.tool_call_parser,
         enable_sleep_mode=on_gpu and (settings.release_memory or sleep_mode),
         prometheus_stats=prometheus_stats,
+        grammar_compile_timeout_s=settings.grammar_compile_timeout,
     )
     return VLLMEngine(config)
 

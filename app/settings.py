@@ -138,6 +138,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             default_doc="the family's (`hermes`)",
         ),
     ] = None
+    grammar_compile_timeout: Annotated[
+        float,
+        Flag(
+            "seconds of CPU a new grammar (`response_format`, tools, regex) may take to "
+            "compile; over it, 400 `grammar_too_complex`; `0`: no limit"
+        ),
+    ] = 2.0
     chat_template: Annotated[
         str | None,
         Flag(

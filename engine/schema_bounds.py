@@ -20,7 +20,10 @@ unbounded one could hold a worker for seconds or exhaust the recursion limit.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,12 +210,32 @@ def check_schema_size(schema: Any, param: str) -> int:
     return nodes
 
 
+# Schemas found valid, by digest: jsonschema's check takes 2-5 ms for a small tool's
+# parameters (1.4 s at the node bound), and the same tools come with every request of a
+# client, checked on the HTTP side and again in the backend.
+VALID_SCHEMAS = 4096
+_valid: OrderedDict[bytes, None] = OrderedDict()
+_valid_lock = threading.Lock()
+
+
+def forget_valid_schemas() -> None:
+    """Drop every remembered verdict (measurements of a first check)."""
+    with _valid_lock:
+        _valid.clear()
+
+
 def check_schema(schema: dict[str, Any], param: str) -> None:
     """Reject a schema that is too large or nested too deep, or that is not a valid JSON
     Schema, naming where it is wrong."""
     from jsonschema import exceptions, validators
 
     check_schema_size(schema, param)
+    text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    with _valid_lock:
+        if digest in _valid:
+            _valid.move_to_end(digest)
+            return
     try:
         validators.validator_for(schema).check_schema(schema)
     except exceptions.SchemaError as exc:
@@ -220,3 +243,7 @@ def check_schema(schema: dict[str, Any], param: str) -> None:
         raise EngineRequestError(
             f"Invalid JSON schema at {where}: {exc.message}", param=param
         ) from None
+    with _valid_lock:
+        _valid[digest] = None
+        while len(_valid) > VALID_SCHEMAS:
+            _valid.popitem(last=False)

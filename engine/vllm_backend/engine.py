@@ -41,6 +41,8 @@ from engine.streams import merge
 from engine.templates import load_template_file, render_chat
 from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
+from engine.vllm_backend.encoding import Encode, encoder
+from engine.vllm_backend.grammar_gate import GrammarGate, constraint_param
 from engine.vllm_backend.logprobs import convert_prompt_logprobs, prompt_token_texts
 from engine.vllm_backend.outputs import (
     OutputConversion,
@@ -69,6 +71,8 @@ class VLLMEngine:
         self._turn_end_ids: tuple[int, ...] = ()
         self._turn_end_texts: tuple[str, ...] = ()
         self._tool_parser = "hermes"
+        self._grammar_gate: GrammarGate | None = None
+        self._encode: Encode = encoder(None)
 
     @property
     def model(self) -> ModelInfo:
@@ -83,6 +87,7 @@ class VLLMEngine:
         self._build = asyncio.ensure_future(asyncio.to_thread(build_async_llm, self._config))
         llm = await asyncio.shield(self._build)
         self._tokenizer = llm.get_tokenizer()
+        self._encode = encoder(self._tokenizer)
         self._special_tokens = {
             "bos_token": self._tokenizer.bos_token or "",
             "eos_token": self._tokenizer.eos_token or "",
@@ -98,7 +103,15 @@ class VLLMEngine:
             supports_vision=takes_images(llm),
         )
         self.bind_family(self._config.family_record, self._config.chat_template)
+        self._grammar_gate = await asyncio.to_thread(self._build_gate, self._model.vocab_size)
         self._llm = llm
+
+    def _build_gate(self, vocab_size: int | None) -> GrammarGate | None:
+        try:
+            return GrammarGate(self._tokenizer, vocab_size, self._config.grammar_compile_timeout_s)
+        except Exception:  # a tokenizer xgrammar cannot read: the engine core decides alone
+            log.warning("no grammar compile deadline for this tokenizer", exc_info=True)
+            return None
 
     def bind_family(self, family: Family | None, chat_template: str | None = None) -> None:
         """Bind the served model to `family`: its template (unless `chat_template`
@@ -206,9 +219,9 @@ class VLLMEngine:
                 template_kwargs=kwargs,
             )
             # The template already wrote the special tokens (unless asked for them too).
-            return self._tokenizer.encode(text, add_special_tokens=bool(request.add_special_tokens))
+            return self._encode(text, bool(request.add_special_tokens))
         add_special = request.add_special_tokens is not False
-        return self._tokenizer.encode(request.prompt or "", add_special_tokens=add_special)
+        return self._encode(request.prompt or "", add_special)
 
     def tokenize(
         self,
@@ -226,8 +239,8 @@ class VLLMEngine:
                 add_generation_prompt=add_generation_prompt,
                 special_tokens=self._special_tokens,
             )
-            return self._tokenizer.encode(text, add_special_tokens=False)
-        return self._tokenizer.encode(prompt or "", add_special_tokens=add_special_tokens)
+            return self._encode(text, False)
+        return self._encode(prompt or "", add_special_tokens)
 
     def detokenize(self, token_ids: list[int]) -> str:
         require_ready(self)
@@ -257,6 +270,8 @@ class VLLMEngine:
             prompt["cache_salt"] = request.cache_salt  # vLLM scopes its prefix cache by it
         # Checking and bounding schemas and building the grammar's spec: off the loop too.
         constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
+        if self._grammar_gate is not None:
+            await self._grammar_gate.check(constraint, constraint_param(request))
         greedy_n = sampling.n > 1 and sampling.temperature == 0
         # vLLM's own parameter checks, too, before the request may wake a model.
         self._sampling_params(replace(sampling, n=1) if greedy_n else sampling, max_tokens)

@@ -111,6 +111,15 @@ def _limit_whitespace(tag: Any) -> None:
     visit(tag)
 
 
+def forced_name(tool_choice: str | dict[str, Any]) -> str | None:
+    """The function a named `tool_choice` pins the call to (None for the other modes)."""
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            return str(function["name"])
+    return None
+
+
 class ToolCallStream:
     """Parses one choice's growing text into content and tool-call deltas."""
 
@@ -141,8 +150,21 @@ class ToolCallStream:
         # and its parser reads the name back, so they are kept as the model wrote them.
         self._kimi_ids = parser_name == "kimi_k2"
         self.called = False
+        # A named `tool_choice` pins the one call to that function: its id and name can
+        # go out with the first output token instead of after the model has written the
+        # envelope up to the name (`<tool_call>\n{"name": "get_weather",`: 14 tokens on
+        # SmolLM2), which is when the parser would find them.
+        self._forced_name = forced_name(request.tool_choice)
 
     def feed(self, text: str, token_ids: list[int]) -> tuple[str, list[ToolCallDelta]]:
+        content, deltas = self._parse(text, token_ids)
+        if self._forced_name is not None and 0 not in self._ids:
+            self.called = True
+            self._ids[0] = self._new_id(0, None, self._forced_name)
+            deltas.insert(0, ToolCallDelta(0, self._ids[0], self._forced_name, ""))
+        return content, deltas
+
+    def _parse(self, text: str, token_ids: list[int]) -> tuple[str, list[ToolCallDelta]]:
         previous_text, previous_ids = self._text, list(self._token_ids)
         self._text += text
         self._token_ids.extend(token_ids)
@@ -170,6 +192,8 @@ class ToolCallStream:
         arguments = (function.arguments if function else None) or ""
         self._sent_args[index] = self._sent_args.get(index, "") + arguments
         name = function.name if function else None
+        if index == 0 and self._forced_name is not None:
+            name = None  # sent with the first token
         return ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments)
 
     def _new_id(self, index: int, parsed_id: str | None, name: str | None) -> str:

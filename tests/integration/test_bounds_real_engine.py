@@ -75,6 +75,34 @@ async def test_large_schemas_run_beside_streams_without_stalling(
     assert lag < 1.0, f"the event loop stalled for {lag:.2f} s"
 
 
+async def test_the_largest_response_format_answers_within_the_compile_deadline(
+    real_client: AppClient,
+) -> None:
+    # At the node bound: 2,493 optional properties, whose compile took 35 s (and held a
+    # core) before the deadline. Now a 400 that says why, once the deadline passes.
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "r", "schema": wide(MAX_SCHEMA_NODES - 10)},
+    }
+    started = time.perf_counter()
+    response = await real_client.post(URL, json=body(response_format=fmt))
+    took = time.perf_counter() - started
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "grammar_too_complex"
+    assert error["param"] == "response_format"
+    assert "too long to compile" in error["message"]
+    # The deadline is 2 s of compile CPU; checking the schema takes about 3 s of CPU more,
+    # and the shared 2-core box may run at a load of 10 (22.8 s measured there).
+    assert took < 60.0, f"answered after {took:.1f} s"
+    started = time.perf_counter()
+    again = await real_client.post(URL, json=body(response_format=fmt))
+    assert again.status_code == 400 and again.json()["error"]["code"] == "grammar_too_complex"
+    again_s = time.perf_counter() - started
+    print(f"node-bound response_format: 400 after {took:.2f} s, again after {again_s:.2f} s")
+    assert provided(real_client.app, "host").unfinished_requests() == 0
+
+
 async def test_over_the_bounds_is_a_400_through_the_real_engine(real_client: AppClient) -> None:
     over = {"type": "json_schema", "json_schema": {"name": "r", "schema": wide(6000)}}
     response = await real_client.post(URL, json=body(response_format=over))

@@ -118,3 +118,19 @@ def test_check_schema_names_the_bad_place() -> None:
         check_schema({"type": "object", "properties": {"a": {"type": "strin"}}}, "p")
     assert caught.value.param == "p"
     check_schema({"type": "object"}, "p")
+
+
+def test_a_schema_found_valid_is_remembered_and_an_invalid_one_never() -> None:
+    from engine import schema_bounds
+
+    valid = {"type": "object", "properties": {"remembered": {"type": "integer"}}}
+    invalid = {"type": "object", "properties": {"remembered": {"type": "integr"}}}
+    before = len(schema_bounds._valid)
+    for _ in range(3):
+        check_schema(valid, "p")
+        with pytest.raises(EngineRequestError, match="properties/remembered/type"):
+            check_schema(invalid, "p")
+    assert len(schema_bounds._valid) == before + 1  # the valid one, once
+    # The size bounds still apply first: a remembered schema is checked for size again.
+    with pytest.raises(EngineRequestError):
+        check_schema({"type": "object", "enum": ["x" * 200_000]}, "p")

@@ -177,3 +177,22 @@ def test_kimi_keeps_the_models_own_call_ids(tokenizer, split: int | None) -> Non
 def test_other_formats_mint_openai_ids(tokenizer) -> None:  # type: ignore[no-untyped-def]
     (call_id,) = run_parser(tokenizer, "hermes", [TEXT]).values()
     assert call_id.startswith("call_") and len(call_id) == 29
+
+
+def test_a_named_tool_choice_sends_its_call_header_with_the_first_token(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    named = ToolRequest(TOOLS, {"type": "function", "function": {"name": "get_weather"}})
+    stream = ToolCallStream("hermes", named, tokenizer)
+    text = TEXT.removeprefix("Let me check.")
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    deltas = []
+    for position, token in enumerate(ids):
+        content, new = stream.feed(tokenizer.decode([token]), [token])
+        assert content == ""
+        if position == 0:
+            assert [(d.index, d.name, d.arguments) for d in new] == [(0, "get_weather", "")]
+            assert new[0].id is not None and new[0].id.startswith("call_")
+        deltas.extend(new)
+    deltas.extend(stream.finish())
+    assert [d.name for d in deltas if d.name] == ["get_weather"]  # the name once
+    assert [d.id for d in deltas if d.id] == [deltas[0].id]  # one id
+    assert json.loads("".join(d.arguments for d in deltas)) == {"city": "Paris"}
