@@ -28,13 +28,16 @@ from app.errors import exception_handlers
 from app.loop_lag import LoopLagMonitor
 from app.model_specs import engine_settings, model_specs
 from app.observability import context, logs
+from app.observability.batch_metrics import BatchCollector
 from app.observability.metrics import ServerMetrics, UsageWriterCollector
 from app.observability.middleware import RequestObserver
 from app.observability.warm_metrics import WarmMetrics
 from app.openapi import openapi_json
 from app.routes.admin import admin_router
+from app.routes.admin_batches import admin_batches_router
 from app.routes.admin_keys import admin_keys_router
 from app.routes.admin_models import admin_models_router
+from app.routes.batches import batch_routes
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
 from app.routes.files import file_routes
@@ -45,6 +48,7 @@ from app.routes.responses import create_response
 from app.routes.stored_responses import delete_response, list_input_items, retrieve_response
 from app.routes.tokenize import detokenize, tokenize
 from app.services.admission import build_controller
+from app.services.batch_setup import build_batches
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.images import ImageLimits, ImageLoader
@@ -192,6 +196,7 @@ def create_app(
         lag_sampler = asyncio.create_task(loop_lag.run())
         await tenancy.start()
         purger = asyncio.create_task(response_store.purge_forever())  # expired responses
+        batch_runner.start()
         if handle_sigterm:
             _drain_on_sigterm(admission)
         try:
@@ -203,6 +208,7 @@ def create_app(
             purger.cancel()
             if watcher is not None:
                 watcher.cancel()
+            await batch_runner.close()  # running lines are released for a later run
             await admission.close()
             await tenancy.close()  # usage still queued is written (SIGTERM flushes)
             await tenant_data.close(owned=shared_pool is None)
@@ -225,6 +231,12 @@ def create_app(
         "response_store": response_store,
         "tenancy": tenancy,
     }
+    # Batches: deferred work on the capacity interactive requests leave.
+    services["batches"], batch_runner = build_batches(
+        settings, tenant_data, services, admission, tenancy.store
+    )
+    services["batch_runner"] = batch_runner
+    server_metrics.registry.register(BatchCollector(batch_runner))
     app = Litestar(
         route_handlers=[
             create_chat_completion,
@@ -247,6 +259,8 @@ def create_app(
             admin_router(settings.resolved_admin_key()),
             admin_keys_router(settings.resolved_admin_key()),
             admin_models_router(settings.resolved_admin_key()),
+            *batch_routes,
+            admin_batches_router(settings.resolved_admin_key()),
         ],
         middleware=[lambda app: AuthMiddleware(app, tenancy)],
         dependencies={name: _provide(service) for name, service in services.items()},

@@ -18,6 +18,7 @@ import msgspec
 from litestar import MediaType, Response, get
 
 from app.routes.admin_keys import KeyChanges
+from app.schemas.batches import Batch, BatchCreate, BatchList
 from app.schemas.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from app.schemas.completions import Completion, CompletionRequest
 from app.schemas.errors import ErrorEnvelope
@@ -62,6 +63,7 @@ STATUS_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 ADMIN_ERRORS = ("400", "401", "403")
 KEY_ID = ("key_id", "path", {"type": "string"})
 MODEL_ID = ("model_id", "path", {"type": "string"})
+BATCH_ID = ("batch_id", "path", {"type": "string"})
 FILE_ID = ("file_id", "path", {"type": "string"})
 FILE_UPLOAD: dict[str, Any] = {
     "type": "object",
@@ -178,6 +180,38 @@ ROUTES = (
         ResponseObject,
         streams=ResponsesStreamEvent,
         stream_text=RESPONSES_STREAM,
+    ),
+    Route(
+        "post",
+        "/v1/batches",
+        "Create a batch from an uploaded JSONL file (purpose `batch`)",
+        BatchCreate,
+        Batch,
+        errors=("400", "404"),
+    ),
+    Route(
+        "get",
+        "/v1/batches",
+        "The key's batches, newest first",
+        ok=BatchList,
+        errors=("400",),
+        params=(("after", "query", {"type": "string"}), ("limit", "query", {"type": "integer"})),
+    ),
+    Route(
+        "get",
+        "/v1/batches/{batch_id}",
+        "One batch",
+        ok=Batch,
+        errors=("404",),
+        params=(BATCH_ID,),
+    ),
+    Route(
+        "post",
+        "/v1/batches/{batch_id}/cancel",
+        "Cancel a batch: lines not started are not run",
+        ok=Batch,
+        errors=("404", "409"),
+        params=(BATCH_ID,),
     ),
     Route("get", "/v1/models", "The served models", ok=ModelList, errors=()),
     Route(
@@ -361,12 +395,24 @@ ROUTES = (
     ),
     Route(
         "get",
-        "/admin/usage",
-        "Usage by key, model or day (admin key)",
+        "/admin/batches",
+        "Every key's batches, newest first, and this replica's runner (admin key)",
         ok=STATUS_OBJECT,
         errors=ADMIN_ERRORS,
         params=(
-            ("by", "query", {"type": "string", "enum": ["key", "model", "day"]}),
+            ("status", "query", {"type": "string"}),
+            ("after", "query", {"type": "string"}),
+            ("limit", "query", {"type": "integer"}),
+        ),
+    ),
+    Route(
+        "get",
+        "/admin/usage",
+        "Usage by key, model, day or batch (admin key)",
+        ok=STATUS_OBJECT,
+        errors=ADMIN_ERRORS,
+        params=(
+            ("by", "query", {"type": "string", "enum": ["key", "model", "day", "batch"]}),
             ("since", "query", {"type": "string"}),
             ("until", "query", {"type": "string"}),
         ),

@@ -392,6 +392,39 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             default_note="32 MiB",
         ),
     ] = 32 * 1024 * 1024
+    batch_concurrency: Annotated[
+        int,
+        Flag(
+            "batch lines one replica runs at once, at most (they also run only in "
+            "capacity no interactive request is waiting for)",
+            section="tenants",
+        ),
+    ] = 32
+    batch_concurrency_beside_interactive: Annotated[
+        int,
+        Flag(
+            "batch lines one replica starts while interactive requests run: fewer lines in "
+            "the engine's batch keep interactive latency close to its value without a batch",
+            section="tenants",
+        ),
+    ] = 2
+    batch_lease_s: Annotated[
+        float,
+        Flag(
+            "seconds a replica's claim on a running batch line lasts unrenewed: a line "
+            "of a replica that died runs again on another after this",
+            section="tenants",
+        ),
+    ] = 60.0
+    replica_id: Annotated[
+        str | None,
+        Flag(
+            "this replica's name in batch line claims (replicas sharing a database need "
+            "distinct names)",
+            section="tenants",
+            default_doc="host name and process id",
+        ),
+    ] = None
     config: Annotated[
         str | None,
         Flag(

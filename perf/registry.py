@@ -8,6 +8,7 @@ SCENARIOS: dict[str, str] = {
     "admission-sim": "perf.scenarios.admission_sim",
     "admission-yield": "perf.scenarios.admission_yield",
     "attacks": "perf.scenarios.attacks",
+    "batch": "perf.scenarios.batch_bench",
     "bench": "perf.micro.bench",
     "burst": "perf.load.burst",
     "compare": "perf.micro.compare",

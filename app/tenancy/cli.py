@@ -121,7 +121,7 @@ def add_commands(commands: Any) -> None:
     for parser in (create, listing, revoke, change):
         _database_flags(parser)
 
-    report = commands.add_parser("usage", help="usage by key, model or day")
+    report = commands.add_parser("usage", help="usage by key, model, day or batch")
     report.add_argument("--since", help="from (a date, an ISO time or Unix seconds; UTC)")
     report.add_argument("--until", help="up to, not including")
     report.add_argument("--by", choices=tuple(GROUPS), default="key")

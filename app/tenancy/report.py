@@ -1,4 +1,4 @@
-"""The usage report: usage rows summed by key, model or day, between two times, with
+"""The usage report: usage rows summed by key, model, day or batch, between two times, with
 the requests refused before generating (`refused`, from the per-minute counts); and
 its table, CSV and JSON forms (`lilac-serve usage`, GET /admin/usage).
 
@@ -18,7 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.schema import usage, usage_refusals
 
-GROUPS = {"key": usage.c.key_id, "model": usage.c.model, "day": usage.c.day}
+# By batch: each batch's rows, and the interactive requests as one row whose batch is null.
+GROUPS = {
+    "key": usage.c.key_id,
+    "model": usage.c.model,
+    "day": usage.c.day,
+    "batch": usage.c.batch_id,
+}
 REFUSAL_GROUPS = {"key": usage_refusals.c.key_id, "day": usage_refusals.c.day}
 FORMATS = ("table", "csv", "json")
 COLUMNS = (

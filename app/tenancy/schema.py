@@ -80,6 +80,8 @@ usage = Table(
     Column("created_at", Float, nullable=False),
     Column("day", String(10), nullable=False),
     Column("client_request_id", String(CLIENT_REQUEST_ID_CHARS), nullable=True),
+    # The batch a row's work belongs to (NULL: an interactive request).
+    Column("batch_id", String(64), nullable=True),
     Index("ix_usage_created_at", "created_at"),
     Index("ix_usage_key_id_created_at", "key_id", "created_at"),
 )

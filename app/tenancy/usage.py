@@ -75,6 +75,7 @@ class UsageRecord:
     created_at: float
     day: str = ""
     client_request_id: str | None = None  # the client's X-Request-Id, when it sent one
+    batch_id: str | None = None  # the batch this work belongs to (None: interactive)
 
     def __post_init__(self) -> None:
         if not self.day:

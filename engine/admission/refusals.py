@@ -30,3 +30,13 @@ def drained(machine: StateMachine, now: float) -> Drained:
         "The GPU's owner reclaimed it and the grace period ran out: this request was ended.",
         retry_after_s=max(1.0, machine.retry_after_s(now)),
     )
+
+
+def no_room_for_deferred() -> AdmissionRejected:
+    """Deferred work (a batch line) found no spare capacity: it runs later, never queued."""
+    return AdmissionRejected(
+        503,
+        "deferred_no_room",
+        "No spare capacity for deferred work now; it runs when there is.",
+        retry_after_s=1.0,
+    )

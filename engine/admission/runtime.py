@@ -39,6 +39,11 @@ log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
 PREFILL_CONTEXTS = 1  # a client's admitted prompts not yet begun: at most this many contexts
+# Clients whose names start so are deferred work (batch lines): the lowest lane. Such a
+# ticket starts at once or not at all (it never waits in the queue, so no interactive
+# request ever waits behind one), and it may not take the last of the capacity.
+DEFERRED_PREFIX = "deferred:"
+DEFERRED_HEADROOM_DIVISOR = 8  # an eighth of the cap and of the KV budget stays interactive
 
 
 class AdmittedHost(ModelHost, Protocol):
@@ -83,6 +88,8 @@ class AdmissionController:
         # "return" (admitting again -> engine resumed) and "queue_wait" (per admitted
         # request, in its own task); metrics and the access log listen.
         self.observers: list[Callable[[str, float], None]] = []
+        # Called when an interactive request has to queue: deferred work makes room.
+        self.interactive_queued: list[Callable[[], None]] = []
         self.interference_s = 0.0  # time the owner was active or light while we ran
         self._reclaimed_at: float | None = None
         self._last_observed: float | None = None
@@ -95,6 +102,31 @@ class AdmissionController:
 
     def admitting(self) -> bool:
         return self.machine.state in ADMITTING
+
+    def interactive_waiting(self) -> bool:
+        """Whether an interactive request waits in the queue (deferred work never does)."""
+        return any(not t.client.startswith(DEFERRED_PREFIX) for t in self.queue.waiting)
+
+    def interactive_running(self) -> int:
+        """Interactive generations admitted and running now."""
+        return sum(not t.client.startswith(DEFERRED_PREFIX) for t in self.queue.running.values())
+
+    def deferred_running(self) -> int:
+        """Deferred generations admitted and running now."""
+        return sum(t.client.startswith(DEFERRED_PREFIX) for t in self.queue.running.values())
+
+    def deferred_room(self) -> int:
+        """How many deferred generations may start now: none unless admitting with the
+        engine running and no request waiting; then the free part of the cap and of the
+        KV budget, less the headroom kept for interactive requests."""
+        if not self.admitting() or self.engine_paused or self.queue.waiting:
+            return 0
+        cap = self._cap()
+        room = cap - cap // DEFERRED_HEADROOM_DIVISOR - len(self.queue.running)
+        budget = self.queue.kv_budget
+        if budget > 0 and self.queue.tokens_in_use >= budget - budget // DEFERRED_HEADROOM_DIVISOR:
+            return 0
+        return max(0, room)
 
     def retry_after_s(self) -> float:
         return max(1.0, self.machine.retry_after_s(self._clock()))
@@ -290,7 +322,13 @@ class AdmissionController:
         except AdmissionRejected as exc:
             self._count_rejection(exc.code)
             raise
+        if not started and client.startswith(DEFERRED_PREFIX):
+            self.queue.withdraw(ticket.id)  # deferred work never queues
+            self._count_rejection("deferred_no_room")
+            raise refusals.no_room_for_deferred()
         if not started:
+            for listener in self.interactive_queued:
+                listener()
             await self._wait(ticket)
         lease = Lease(ticket, request_id, self._drained_error, self._prefilled)
         self._leases[ticket.id] = lease

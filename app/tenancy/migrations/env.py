@@ -3,6 +3,8 @@ The caller hands over a live connection in `config.attributes["connection"]`."""
 
 from alembic import context
 
+import app.deferred.schema
+
 # Tables defined beside their code register on the same metadata when imported.
 import app.storage.responses_schema  # noqa: F401
 from app.tenancy.schema import metadata

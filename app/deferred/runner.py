@@ -1,0 +1,304 @@
+"""The deferred-work runner: one per replica, on the capacity interactive requests leave.
+
+Each tick it looks after the jobs (expiry, cancellation, finalizing once every line is
+answered) and starts lines while admission has room for deferred work
+(`AdmissionController.deferred_room`): spare slots go round the keys with work in
+turn, then round each key's jobs, so no key and no job starves another. A line is
+claimed under a lease when it starts (never held unstarted), its lease renewed while it
+runs, and answered in one transaction with its usage row (`DeferredStore.answer`).
+
+Deferred lines are the first to stop: when admission stops admitting (the owner
+reclaims the GPU, a lending window closes, a drain) every running line is cut, and
+while an interactive request waits the newest line is cut to make room. A cut line is
+pending again, runs later, and is billed only when answered."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.deferred.store import DeferredStore, Job, Line, LineCounts
+from app.tenancy.usage import UsageRecord
+
+log = logging.getLogger("lilac.deferred")
+
+
+class Cut(Exception):
+    """The line could not run to its answer now (no capacity, a drain, the engine not
+    ready): it goes back to pending and runs later."""
+
+
+@dataclass(slots=True)
+class Answer:
+    result: str  # the line's answer, a JSON line
+    ok: bool
+    record: UsageRecord | None  # its usage row (None: unmetered)
+
+
+class Handler(Protocol):
+    """What a kind of job does with its lines and, once all are answered, with itself."""
+
+    kind: str
+    active_states: tuple[str, ...]  # the job states the runner looks after
+    runnable_states: tuple[str, ...]  # of those, the ones whose lines may start
+
+    async def run(self, job: Job, line: Line) -> Answer: ...
+
+    async def tend(self, job: Job, counts: LineCounts) -> None:
+        """Expire, cancel or finalize the job as its state and lines say."""
+
+
+class Capacity(Protocol):
+    def admitting(self) -> bool: ...
+
+    def deferred_room(self) -> int: ...
+
+    def deferred_running(self) -> int: ...
+
+    def interactive_running(self) -> int: ...
+
+    def interactive_waiting(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class Running:
+    job: Job
+    line: Line
+    task: asyncio.Task[None]
+    started: float
+
+
+@dataclass(slots=True)
+class RunnerStats:
+    answered: int = 0
+    cut: int = 0
+    lost: int = 0  # answers refused because another replica held the line by then
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    queued: int = 0  # pending lines of the runnable jobs at the last tick
+
+
+class DeferredRunner:
+    def __init__(
+        self,
+        store: DeferredStore,
+        capacity: Capacity,
+        handlers: list[Handler],
+        *,
+        replica: str,
+        concurrency: int = 32,
+        beside_interactive: int = 2,
+        lease_s: float = 60.0,
+        tick_s: float = 0.25,
+        jobs_every_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        should_poll: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.store = store
+        self.capacity = capacity
+        self.handlers = {handler.kind: handler for handler in handlers}
+        self.replica = replica
+        self.concurrency = concurrency
+        self.beside_interactive = beside_interactive
+        self.lease_s = lease_s
+        self.tick_s = tick_s
+        self.jobs_every_s = jobs_every_s
+        self._clock = clock
+        self._should_poll = should_poll
+        self.running: dict[tuple[str, int], Running] = {}
+        self.stats = RunnerStats()
+        self._jobs: list[Job] = []
+        self._jobs_at = float("-inf")
+        self._renewed_at = float("-inf")
+        self._turn = 0  # the key that gets the next spare slot
+        self._exhausted: set[str] = set()  # runnable jobs with no line to claim now
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._releases: set[asyncio.Task[bool]] = set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="deferred")
+
+    def wake(self) -> None:
+        """New work (a job was created or cancelled): look at the jobs now."""
+        self._jobs_at = float("-inf")
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Stop: every running line is cut and released for a later run (or replica)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.cut_all()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if self._should_poll():
+                    await self.step()
+            except Exception:
+                log.exception("deferred work: a step failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.tick_s)
+            self._wake.clear()
+
+    # ------------------------------------------------------------ one tick
+
+    async def step(self) -> None:
+        """One tick: cut what must stop, look after the jobs, renew leases, start lines."""
+        self._preempt()
+        now = self._clock()
+        if now - self._jobs_at >= self.jobs_every_s:
+            self._jobs_at = now
+            await self._tend_jobs()
+        if now - self._renewed_at >= self.lease_s / 3:
+            self._renewed_at = now
+            await self.store.renew(self.replica, list(self.running), self.lease_s)
+        await self._fill()
+
+    def _preempt(self) -> None:
+        if not self.running:
+            return
+        if not self.capacity.admitting():
+            for running in list(self.running.values()):
+                running.task.cancel()
+        elif self.capacity.interactive_waiting():
+            self.make_room()
+
+    def make_room(self) -> None:
+        """An interactive request waits: cut the newest line not already being cut (its
+        slot is free as soon as the engine drops it)."""
+        live = [r for r in self.running.values() if not r.task.cancelling()]
+        if live:
+            max(live, key=lambda r: r.started).task.cancel()
+
+    async def _tend_jobs(self) -> None:
+        jobs: list[Job] = []
+        for handler in self.handlers.values():
+            jobs += await self.store.active(handler.kind, handler.active_states)
+        counts = await self.store.counts([job.id for job in jobs])
+        self._jobs = []
+        self._exhausted.clear()
+        queued = 0
+        for job in jobs:
+            handler = self.handlers[job.kind]
+            await handler.tend(job, counts[job.id])
+            if job.state in handler.runnable_states:
+                self._jobs.append(job)
+                queued += counts[job.id].by_state.get("pending", 0)
+        self.stats.queued = queued
+
+    def _room(self) -> int:
+        """Lines that may start now: within the concurrency flag and admission's room for
+        deferred work, less this runner's lines started but not yet admitted."""
+        starting = max(0, len(self.running) - self.capacity.deferred_running())
+        # Every line in the engine's batch slows each step of an interactive request:
+        # while one runs, only a few lines may (those running finish; none is cut).
+        limit = self.beside_interactive if self.capacity.interactive_running() else self.concurrency
+        return min(limit - len(self.running), self.capacity.deferred_room() - starting)
+
+    async def _fill(self) -> None:
+        room = self._room()
+        while room > 0:
+            plan = self._plan(room)
+            if not plan:
+                return
+            started = 0
+            for job, count in plan:
+                lines = await self.store.claim(job.id, self.replica, count, self.lease_s)
+                if len(lines) < count:
+                    self._exhausted.add(job.id)
+                for line in lines:
+                    self._start(job, line)
+                started += len(lines)
+            if started == 0:
+                return
+            room = self._room()
+
+    def _plan(self, room: int) -> list[tuple[Job, int]]:
+        """Spare slots by key in turn, then by job within a key."""
+        by_key: dict[str, list[Job]] = {}
+        for job in self._jobs:
+            if job.id not in self._exhausted:
+                by_key.setdefault(job.owner, []).append(job)
+        if not by_key:
+            return []
+        keys = sorted(by_key)
+        slots: dict[str, int] = {}
+        per_key = dict.fromkeys(keys, 0)
+        for _ in range(room):
+            key = keys[self._turn % len(keys)]
+            self._turn += 1
+            jobs = by_key[key]
+            job = jobs[per_key[key] % len(jobs)]
+            per_key[key] += 1
+            slots[job.id] = slots.get(job.id, 0) + 1
+        jobs_by_id = {job.id: job for job in self._jobs}
+        return [(jobs_by_id[job_id], count) for job_id, count in slots.items()]
+
+    def _start(self, job: Job, line: Line) -> None:
+        task = asyncio.get_running_loop().create_task(self._line(job, line))
+        self.running[(job.id, line.seq)] = Running(job, line, task, self._clock())
+        task.add_done_callback(lambda _: self._never_ran(job, line))
+
+    def _never_ran(self, job: Job, line: Line) -> None:
+        """A line cut before its task took its first step (its body never ran): release
+        it here, or it would wait for its lease to run out."""
+        if self.running.pop((job.id, line.seq), None) is None:
+            return
+        self.stats.cut += 1
+        release = asyncio.get_running_loop().create_task(
+            self.store.release(job.id, line.seq, self.replica)
+        )
+        self._releases.add(release)
+        release.add_done_callback(self._releases.discard)
+
+    async def _line(self, job: Job, line: Line) -> None:
+        handler = self.handlers[job.kind]
+        try:
+            try:
+                answer = await handler.run(job, line)
+            except (Cut, asyncio.CancelledError):
+                self.stats.cut += 1
+                await asyncio.shield(self.store.release(job.id, line.seq, self.replica))
+                return
+            if await asyncio.shield(
+                self.store.answer(
+                    job.id, line.seq, self.replica, answer.result, answer.ok, answer.record
+                )
+            ):
+                self.stats.answered += 1
+                if answer.record is not None:
+                    self.stats.prompt_tokens += answer.record.prompt_tokens
+                    self.stats.completion_tokens += answer.record.completion_tokens
+            else:
+                self.stats.lost += 1
+        except Exception:
+            # The database failed: the line stays claimed and runs again after its lease.
+            log.exception("deferred work: line %d of %s could not be answered", line.seq, job.id)
+        finally:
+            self.running.pop((job.id, line.seq), None)
+            self._wake.set()
+
+    async def cut_all(self) -> None:
+        tasks = [running.task for running in self.running.values()]
+        for task in tasks:
+            task.cancel()
+        await self.drain_lines(tasks)
+
+    async def drain_lines(self, tasks: list[asyncio.Task[None]] | None = None) -> None:
+        """Wait for the lines running now to end, and their releases."""
+        if tasks is None:
+            tasks = [running.task for running in self.running.values()]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._releases, return_exceptions=True)

@@ -1,0 +1,141 @@
+"""The `batch` kind of deferred work: its lines run by `LineRunner`, and its life after
+creation, looked after each tick by the runner (`tend`): expiry at the end of the
+completion window, cancellation, and finalizing once every line is answered (the output
+and error files written, then the final status)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from app.deferred.runner import Answer
+from app.deferred.store import (
+    ANSWERED,
+    CANCELLED,
+    EXPIRED,
+    DeferredStore,
+    Job,
+    Line,
+    LineCounts,
+)
+from app.services.batch_lines import LineRunner, closed_line
+from app.tenancy.keys import KeyRecord, KeyStore
+
+log = logging.getLogger("lilac.batches")
+
+KIND = "batch"
+OUTPUT_PURPOSE = "batch_output"
+EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
+CANCELLED_MESSAGE = "This request was not executed: the batch was cancelled."
+FINALIZE_LEASE_S = 120.0
+
+
+class Files(Protocol):
+    """What batches need of the file store (`app.storage.files.FileStore`)."""
+
+    async def get(self, owner: str, file_id: str) -> Any: ...
+
+    def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]: ...
+
+    async def create_from_lines(
+        self, owner: str, purpose: str, filename: str, lines: AsyncIterator[bytes]
+    ) -> Any: ...
+
+
+class BatchJobs:
+    """The runner's handler of `batch` jobs."""
+
+    kind = KIND
+    active_states: tuple[str, ...] = ("in_progress", "cancelling", "finalizing")
+    runnable_states: tuple[str, ...] = ("in_progress",)
+
+    def __init__(
+        self,
+        store: DeferredStore,
+        files: Files,
+        lines: LineRunner,
+        keys: KeyStore | None,
+        replica: str,
+    ) -> None:
+        self.store = store
+        self.files = files
+        self.lines = lines
+        self.keys = keys
+        self.replica = replica
+        self._keys: dict[str, KeyRecord] = {}
+
+    async def run(self, job: Job, line: Line) -> Answer:
+        return await self.lines.run(job, line, await self._key(job))
+
+    async def _key(self, job: Job) -> KeyRecord | None:
+        """The batch's key as the database has it now (its models, priority, group)."""
+        if job.key_id is None or self.keys is None:
+            return None
+        key = self._keys.get(job.key_id)
+        if key is None:
+            key = self._keys[job.key_id] = await self.keys.get(job.key_id)
+        return key
+
+    def forget_keys(self) -> None:
+        """Read keys afresh (each tick of the jobs: a key's models may change)."""
+        self._keys.clear()
+
+    async def tend(self, job: Job, counts: LineCounts) -> None:
+        self.forget_keys()
+        now = self.store.clock()
+        if job.state == "in_progress" and job.expires_at is not None and now >= job.expires_at:
+            await self.store.close_pending(job.id, EXPIRED)
+            counts = (await self.store.counts([job.id]))[job.id]
+        if job.state == "cancelling":
+            await self.store.close_pending(job.id, CANCELLED)
+            counts = (await self.store.counts([job.id]))[job.id]
+        if counts.unfinished == 0 or job.state == "finalizing":
+            await self.finalize(job, counts)
+
+    async def finalize(self, job: Job, counts: LineCounts) -> None:
+        """Write the output and error files, then the final status, holding the job's
+        lease (one replica finalizes). A crash in between finalizes again on restart."""
+        if not await self.store.hold(job.id, self.replica, FINALIZE_LEASE_S):
+            return
+        if job.state != "finalizing":
+            if not await self.store.move(job.id, (job.state,), "finalizing"):
+                return
+            job = await self.store.get(job.id) or job
+        result = dict(job.result or {})
+        errors = sum(counts.by_state.get(s, 0) for s in (EXPIRED, CANCELLED)) + (
+            counts.by_state.get(ANSWERED, 0) - counts.ok
+        )
+        if counts.ok:
+            output = await self.files.create_from_lines(
+                job.owner, OUTPUT_PURPOSE, f"{job.id}_output.jsonl", self._lines(job, True)
+            )
+            result["output_file_id"] = output.id
+        if errors:
+            error_file = await self.files.create_from_lines(
+                job.owner, OUTPUT_PURPOSE, f"{job.id}_error.jsonl", self._lines(job, False)
+            )
+            result["error_file_id"] = error_file.id
+        await self.store.move(job.id, ("finalizing",), final_status(job, counts), result)
+        log.info("batch %s finalized: %d answered, %d errors", job.id, counts.ok, errors)
+
+    async def _lines(self, job: Job, successes: bool) -> AsyncIterator[bytes]:
+        async for seq, state, body, result, ok in self.store.finished_lines(job.id):
+            if state == ANSWERED and ok == successes and result is not None:
+                yield result.encode() + b"\n"
+            elif not successes and state == EXPIRED:
+                yield (
+                    closed_line(job.id, seq, body, "batch_expired", EXPIRED_MESSAGE).encode()
+                    + b"\n"
+                )
+            elif not successes and state == CANCELLED:
+                line = closed_line(job.id, seq, body, "batch_cancelled", CANCELLED_MESSAGE)
+                yield line.encode() + b"\n"
+
+
+def final_status(job: Job, counts: LineCounts) -> str:
+    if "cancelling" in job.stamps:
+        return "cancelled"
+    if counts.by_state.get(EXPIRED, 0):
+        return "expired"
+    return "completed"

@@ -1,0 +1,178 @@
+"""Running one batch line through the endpoint's own service.
+
+A line's `body` is decoded into the endpoint's request type exactly as the endpoint
+decodes a request body, checked and run by the same service (`ChatService`,
+`CompletionService`), so its `response.body` is what the endpoint would have answered,
+and an invalid body gets the endpoint's error (status and error body). The line runs as
+its batch's key (its model access, priority and prefix-cache scope) in admission's
+deferred lane, and is metered as batch work under that key."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from app.deferred.runner import Answer, Cut
+from app.deferred.store import Job, Line
+from app.errors import InvalidRequest, ModelNotFound, encode_error, to_api_error
+from app.request_body import decode_checked
+from app.schemas.batches import (
+    InputLine,
+    LineError,
+    LineResponse,
+    OutputLine,
+    input_line_decoder,
+)
+from app.schemas.chat import chat_request_decoder
+from app.schemas.completions import completion_request_decoder
+from app.services.admission import clamp_priority
+from app.services.generation import GenerationService
+from app.tenancy.isolation import cache_salt
+from app.tenancy.keys import KeyRecord
+from app.tenancy.usage import UsageRecord
+from app.usage_source import UsageSource
+from engine.admission.runtime import DEFERRED_PREFIX
+
+# An engine failure (not a bad line) is retried this many times before it is answered.
+MAX_ATTEMPTS = 3
+_encoder = msgspec.json.Encoder()
+DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    "/v1/chat/completions": chat_request_decoder,
+    "/v1/completions": completion_request_decoder,
+}
+
+
+def line_id(job_id: str, seq: int) -> str:
+    """The id of a line's answer (and of its usage row): the same on every replay."""
+    return f"batch_req_{job_id.removeprefix('batch_')}_{seq}"
+
+
+class LineMeter:
+    """What `GenerationService.complete` fills in: the generation's usage, whose engine
+    tally is what the line is billed."""
+
+    def __init__(self) -> None:
+        self.usage_source: UsageSource | None = None
+        self.model = ""
+
+    async def finish(self, exc: BaseException | None = None) -> None:
+        """The usage row is written with the line's answer, not here."""
+
+    def abandon(self, exc: BaseException) -> None:
+        """A line cut or failed is billed when (and if) it is answered."""
+
+
+def output_line(
+    job_id: str, seq: int, custom_id: str, status: int, request_id: str, body: bytes
+) -> str:
+    line = OutputLine(
+        id=line_id(job_id, seq),
+        custom_id=custom_id,
+        response=LineResponse(status, request_id, msgspec.Raw(body)),
+        error=None,
+    )
+    return _encoder.encode(line).decode()
+
+
+def closed_line(job_id: str, seq: int, body: str, code: str, message: str) -> str:
+    """The error-file line of a request that never ran (the batch expired, or was
+    cancelled)."""
+    try:
+        custom_id = input_line_decoder.decode(body).custom_id
+    except msgspec.DecodeError:
+        custom_id = ""
+    line = OutputLine(line_id(job_id, seq), custom_id, None, LineError(code, message))
+    return _encoder.encode(line).decode()
+
+
+class LineRunner:
+    def __init__(self, services: dict[str, GenerationService[Any]]) -> None:
+        self.services = services  # endpoint -> its service
+
+    async def run(self, job: Job, line: Line, key: KeyRecord | None) -> Answer:
+        entry = input_line_decoder.decode(line.body)  # checked when the batch was made
+        endpoint = job.payload["endpoint"]
+        started, wall_start = time.monotonic(), time.time()
+        meter = LineMeter()
+        n = 1
+        try:
+            request = self._request(entry, endpoint, key)
+            n, meter.model = request.n, request.model
+            body = await self.services[endpoint].complete(
+                request, DEFERRED_PREFIX + job.owner, meter
+            )
+        except Cut:
+            raise
+        except Exception as exc:
+            error = to_api_error(exc)
+            if error.status_code >= 500 and (
+                error.code not in ("engine_error", "internal_error") or line.attempts < MAX_ATTEMPTS
+            ):
+                raise Cut(error.message) from exc  # capacity, a drain, a restart: later
+            generation = meter.usage_source
+            request_id = generation.id if generation is not None else line_id(job.id, line.seq)
+            result = output_line(
+                job.id,
+                line.seq,
+                entry.custom_id,
+                error.status_code,
+                request_id,
+                encode_error(error.body()),
+            )
+            record = self._record(job, line, endpoint, meter, n, started, wall_start, "error")
+            return Answer(result, False, record if generation is not None else None)
+        response_id = meter.usage_source.id if meter.usage_source is not None else ""
+        result = output_line(
+            job.id, line.seq, entry.custom_id, 200, response_id, _encoder.encode(body)
+        )
+        record = self._record(job, line, endpoint, meter, n, started, wall_start, "completed")
+        return Answer(result, True, record)
+
+    def _request(self, entry: InputLine, endpoint: str, key: KeyRecord | None) -> Any:
+        request = decode_checked(bytes(entry.body), DECODERS[endpoint])
+        if request.stream:
+            raise InvalidRequest("Batch requests cannot be streamed.", param="stream")
+        if key is not None:
+            if not key.limits.allows_model(request.model):
+                raise ModelNotFound(request.model)
+            request.priority = clamp_priority(request.priority, key.limits.priority)
+            request.cache_salt = cache_salt(key, request.cache_salt)
+        else:
+            request.priority = clamp_priority(request.priority)
+        return request
+
+    def _record(
+        self,
+        job: Job,
+        line: Line,
+        endpoint: str,
+        meter: LineMeter,
+        n: int,
+        started: float,
+        wall_start: float,
+        outcome: str,
+    ) -> UsageRecord | None:
+        generation = meter.usage_source
+        if job.key_id is None or generation is None:
+            return None
+        usage = generation.usage()
+        first = generation.first_output_at
+        return UsageRecord(
+            request_id=line_id(job.id, line.seq),
+            key_id=job.key_id,
+            model=meter.model,
+            endpoint=endpoint,
+            prompt_tokens=generation.engine_prompt_tokens,
+            cached_tokens=usage.prompt_tokens_details.cached_tokens,
+            completion_tokens=generation.engine_completion_tokens,
+            reasoning_tokens=usage.completion_tokens_details.reasoning_tokens,
+            n=n,
+            outcome=outcome,
+            queue_ms=None,
+            ttft_ms=(first - started) * 1000 if first is not None else None,
+            duration_ms=(time.monotonic() - started) * 1000,
+            created_at=wall_start,
+            batch_id=job.id,
+        )

@@ -1,0 +1,64 @@
+"""Building batches for the app: the deferred-work store and runner over the tenant
+database, the `batch` handler over the chat and completions services, and the API's
+service. The runner waits to touch the database until there is one to look at: a server
+that never stored anything does not create it."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from app.deferred.runner import DeferredRunner
+from app.deferred.store import DeferredStore
+from app.services.batch_jobs import BatchJobs, Files
+from app.services.batch_lines import LineRunner
+from app.services.batches import BatchService
+from app.settings import Settings
+from app.storage.database import TenantDatabase
+from app.storage.files import FileStore
+from app.tenancy.db import sqlite_path
+from app.tenancy.keys import KeyStore
+from engine.admission.runtime import AdmissionController
+
+
+def replica_name(settings: Settings) -> str:
+    return settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def has_database(database: TenantDatabase) -> bool:
+    """Whether batches may exist: the database is open, or its file is there (a
+    server restarted over unfinished batches), or it is a server (PostgreSQL)."""
+    if database.opened:
+        return True
+    path = sqlite_path(database.url)
+    return path is None or path.expanduser().exists()
+
+
+def build_batches(
+    settings: Settings,
+    database: TenantDatabase,
+    services: dict[str, Any],
+    admission: AdmissionController,
+    keys: KeyStore | None,
+) -> tuple[BatchService, DeferredRunner]:
+    # The files the API serves (`file_store`), else a store over the same database.
+    files: Files = services.get("file_store") or FileStore(database)
+    store = DeferredStore(database)
+    replica = replica_name(settings)
+    lines = LineRunner(
+        {"/v1/chat/completions": services["chat"], "/v1/completions": services["completions"]}
+    )
+    jobs = BatchJobs(store, files, lines, keys, replica)
+    runner = DeferredRunner(
+        store,
+        admission,
+        [jobs],
+        replica=replica,
+        concurrency=settings.batch_concurrency,
+        beside_interactive=settings.batch_concurrency_beside_interactive,
+        lease_s=settings.batch_lease_s,
+        should_poll=lambda: has_database(database),
+    )
+    admission.interactive_queued.append(runner.make_room)
+    return BatchService(store, files, runner), runner
