@@ -59,9 +59,11 @@ async def read_body(request: Request[Any, Any, Any]) -> bytes:
 
 
 async def read_json(request: Request[Any, Any, Any], decoder: msgspec.json.Decoder[T]) -> T:
-    """The body of `request` decoded by `decoder`, after the checks above."""
-    check_json_content_type(request)
+    """The body of `request` decoded by `decoder`, after the checks above. The body is
+    read (within the body limit) before its type is judged: a response sent while the
+    client's bytes sit unread closes the connection under a client that reuses it."""
     raw = await read_body(request)
+    check_json_content_type(request)
     if len(raw) <= INLINE_BYTES:
         return decode_checked(raw, decoder)
     return await off_loop(decode_checked, raw, decoder)

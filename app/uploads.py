@@ -29,6 +29,8 @@ from app.storage.lines import LineCounter
 FORM_OVERHEAD_BYTES = 64 * 1024
 # In memory up to this, then in a temporary file.
 SPOOL_MEMORY_BYTES = 1024 * 1024
+# A refused upload's bytes still read and dropped so that its client sees the 413.
+DRAIN_BYTES = 16 * 1024 * 1024
 READ_BYTES = 1024 * 1024
 MAX_FIELD_BYTES = 64  # `purpose`
 MAX_PARTS = 16
@@ -154,7 +156,9 @@ async def read_upload(request: Request[Any, Any, Any], limits: FileLimits) -> Up
     body_limit = limits.max_bytes + FORM_OVERHEAD_BYTES
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > body_limit:
-        raise _too_large(limits)  # before reading a byte of it
+        if int(declared) <= body_limit + DRAIN_BYTES:
+            await _drain(request, int(declared))
+        raise _too_large(limits)  # without keeping a byte of it
     # Closed by the caller (`Upload.close`), or below if reading fails.
     spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115
     upload = Upload(spool=spool)
@@ -164,6 +168,30 @@ async def read_upload(request: Request[Any, Any, Any], limits: FileLimits) -> Up
         upload.close()
         raise
     return upload
+
+
+def _unread(request: Request[Any, Any, Any], received: int) -> int:
+    """Bytes of the body still to come, when its length was declared and is within the
+    drain allowance; else 0 (a chunked body's end cannot be known without waiting)."""
+    declared = request.headers.get("content-length")
+    if declared is None or not declared.isdigit():
+        return 0
+    left = int(declared) - received
+    return left if 0 < left <= DRAIN_BYTES else 0
+
+
+async def _drain(request: Request[Any, Any, Any], remaining: int) -> None:
+    """Read and drop the `remaining` bytes of a refused body, so that a client still
+    sending it reads the 413 rather than a reset connection (nginx's lingering close).
+    Only a declared length is drained: past its end there is nothing to wait for."""
+    dropped = 0
+    try:
+        async for chunk in request.stream():
+            dropped += len(chunk)
+            if dropped >= remaining:
+                return
+    except InternalServerException:
+        return  # the client left: nothing more to drop
 
 
 async def _parse(
@@ -180,6 +208,7 @@ async def _parse(
         async for chunk in request.stream():
             received += len(chunk)
             if received > body_limit:
+                await _drain(request, _unread(request, received))
                 raise _too_large(limits)
             reader.feed(parser, chunk)
         parser.close()

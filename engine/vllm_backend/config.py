@@ -36,7 +36,7 @@ class EngineConfig:
     # building another AsyncLLM with it unregisters the first one's series.
     prometheus_stats: bool = True
     # Longest a new grammar may compile before its request is refused (0: no limit).
-    grammar_compile_timeout_s: float = 2.0
+    grammar_compile_timeout_s: float = 8.0
 
     @property
     def family_record(self) -> Family | None:

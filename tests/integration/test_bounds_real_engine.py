@@ -92,9 +92,9 @@ async def test_the_largest_response_format_answers_within_the_compile_deadline(
     assert error["code"] == "grammar_too_complex"
     assert error["param"] == "response_format"
     assert "too long to compile" in error["message"]
-    # The deadline is 2 s of compile CPU; checking the schema takes about 3 s of CPU more,
-    # and the shared 2-core box may run at a load of 10 (22.8 s measured there).
-    assert took < 60.0, f"answered after {took:.1f} s"
+    # The deadline is 8 s of compile CPU (40 s of wall time at most); checking the schema
+    # takes about 3 s of CPU more, on a shared 2-core box that may run at a load of 10.
+    assert took < 120.0, f"answered after {took:.1f} s"
     started = time.perf_counter()
     again = await real_client.post(URL, json=body(response_format=fmt))
     assert again.status_code == 400 and again.json()["error"]["code"] == "grammar_too_complex"
