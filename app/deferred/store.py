@@ -74,6 +74,18 @@ class LineCounts:
         return sum(self.by_state.get(state, 0) for state in UNFINISHED)
 
 
+def _held(job_id: str, seq: int, replica: str) -> Any:
+    """The line `(job_id, seq)` while it runs under `replica`'s lease: what a renewal, a
+    release and an answer may change, and nothing a replica that lost the lease holds."""
+    lines = deferred_lines.c
+    return and_(
+        lines.job_id == job_id,
+        lines.seq == seq,
+        lines.state == RUNNING,
+        lines.lease_owner == replica,
+    )
+
+
 def _job(row: Any) -> Job:
     return Job(
         id=row.id,
@@ -303,18 +315,12 @@ class DeferredStore:
         if not held:
             return
         until = self.clock() + lease_s
-        lines = deferred_lines.c
         engine = await self._engine()
         async with engine.begin() as conn:
             for job_id, seq in held:
                 await conn.execute(
                     update(deferred_lines)
-                    .where(
-                        lines.job_id == job_id,
-                        lines.seq == seq,
-                        lines.state == RUNNING,
-                        lines.lease_owner == replica,
-                    )
+                    .where(_held(job_id, seq, replica))
                     .values(lease_until=until)
                 )
 
@@ -326,12 +332,7 @@ class DeferredStore:
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
-                .where(
-                    lines.job_id == job_id,
-                    lines.seq == seq,
-                    lines.state == RUNNING,
-                    lines.lease_owner == replica,
-                )
+                .where(_held(job_id, seq, replica))
                 .values(
                     state=PENDING,
                     lease_owner=None,
@@ -355,17 +356,11 @@ class DeferredStore:
         """Answer a running line this replica holds: its result, its state and its usage
         row in one transaction. False (and nothing written) when the lease was lost: the
         replica that holds the line now answers it."""
-        lines = deferred_lines.c
         engine = await self._engine()
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
-                .where(
-                    lines.job_id == job_id,
-                    lines.seq == seq,
-                    lines.state == RUNNING,
-                    lines.lease_owner == replica,
-                )
+                .where(_held(job_id, seq, replica))
                 .values(
                     state=ANSWERED,
                     result=result,

@@ -48,7 +48,7 @@ def test_family_from_flag_or_environment() -> None:
 
 
 def test_unknown_family_stops_before_loading() -> None:
-    from app.main import build_engine
+    from app.served_models import build_engine
 
     with pytest.raises(SystemExit, match="known families"):
         build_engine(Settings(model=("/nonexistent",), family="llama9"))

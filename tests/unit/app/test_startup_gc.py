@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import gc
 
-from app.main import _start_engine, build_pool
+from app.main import _start_engine
+from app.served_models import build_pool
 from app.settings import Settings
 from engine.scripted import ScriptedEngine
 from engine.warm.host import PoolHost

@@ -47,7 +47,7 @@ def test_otlp_endpoint_and_stats_reach_vllm(tmp_path) -> None:
 
 
 def test_settings_flags_map_into_the_engine_config(monkeypatch) -> None:
-    from app.main import build_engine
+    from app.served_models import build_engine
     from app.settings_sources import parse_args
 
     settings = parse_args(
@@ -70,7 +70,7 @@ def test_settings_flags_map_into_the_engine_config(monkeypatch) -> None:
 def test_an_unknown_executor_backend_stops_before_loading() -> None:
     import pytest
 
-    from app.main import build_engine
+    from app.served_models import build_engine
     from app.settings_sources import parse_args
 
     with pytest.raises(SystemExit, match="mp` or `ray"):

@@ -1,0 +1,95 @@
+"""The served models: one vLLM engine per model the settings declare, held by a warm
+pool that sleeps idle models and wakes the one a request names."""
+
+from __future__ import annotations
+
+import os
+
+from app.model_specs import engine_settings, model_specs
+from app.settings import Settings
+from engine.protocol import Engine
+from engine.warm.model import WarmConfig
+from engine.warm.pool import ModelPool
+from engine.warm.sleeper import PauseSleeper, Sleeper, VLLMSleeper
+
+
+def build_engine(
+    settings: Settings, *, sleep_mode: bool = False, prometheus_stats: bool = True
+) -> Engine:
+    """The vLLM engine the settings describe, with CPU defaults when there is no GPU.
+    `sleep_mode` builds it with vLLM's sleep mode on a GPU (to sleep between requests);
+    `prometheus_stats` gives it vLLM's `vllm:` series, labelled with its model."""
+    from engine.checkpoint import resolve_model
+    from engine.families import get as get_family
+    from engine.templates import load_template_file
+    from engine.vllm_backend.config import EngineConfig
+    from engine.vllm_backend.engine import VLLMEngine
+
+    model_path, default_name = resolve_model(settings.model[0] if settings.model else None)
+    if settings.family is not None:
+        try:
+            get_family(settings.family)
+        except ValueError as exc:  # before minutes of loading, not after
+            raise SystemExit(f"--family: {exc}") from exc
+    if settings.tool_call_parser is not None:
+        from engine.errors import EngineRequestError
+        from engine.vllm_backend.tool_calls import structural_tag_model
+
+        try:
+            structural_tag_model(settings.tool_call_parser)
+        except EngineRequestError as exc:
+            raise SystemExit(f"--tool-call-parser: {exc.message}") from exc
+    if settings.distributed_executor_backend not in (None, "mp", "ray"):
+        raise SystemExit("--distributed-executor-backend: expected `mp` or `ray`")
+    on_gpu = settings.on_gpu
+    if not on_gpu:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
+    if os.path.isdir(model_path):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = EngineConfig(
+        model=model_path,
+        served_names=settings.served_model_name or (default_name,),
+        dtype=settings.dtype or ("auto" if on_gpu else "float32"),
+        max_model_len=settings.max_model_len,
+        enforce_eager=(not on_gpu) if settings.enforce_eager is None else settings.enforce_eager,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        data_parallel_size=settings.data_parallel_size,
+        distributed_executor_backend=settings.distributed_executor_backend,
+        otlp_traces_endpoint=settings.otlp_traces_endpoint,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        seed=settings.seed,
+        chat_template=load_template_file(settings.chat_template)
+        if settings.chat_template
+        else None,
+        family=settings.family,
+        tool_parser=settings.tool_call_parser,
+        enable_sleep_mode=on_gpu and (settings.release_memory or sleep_mode),
+        prometheus_stats=prometheus_stats,
+        grammar_compile_timeout_s=settings.grammar_compile_timeout,
+    )
+    return VLLMEngine(config)
+
+
+def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
+    """The served models: `engine` alone (never sleeping), or one engine per model the
+    settings declare. The first keeps vLLM's `vllm:` series (another AsyncLLM with the
+    stat logger would unregister them)."""
+    sleeper: Sleeper = VLLMSleeper() if settings.on_gpu else PauseSleeper()
+    wakes = settings.max_wakes_per_minute if settings.max_wakes_per_minute > 0 else None
+    pool = ModelPool(
+        sleeper, budget_gib=settings.memory_budget_gib, wakes_per_client_per_minute=wakes
+    )
+    if engine is not None:
+        pool.add(engine)
+        return pool
+    specs = model_specs(settings)
+    for spec in specs:
+        model_engine = build_engine(
+            engine_settings(settings, spec),
+            sleep_mode=len(specs) > 1,
+            prometheus_stats=True,  # every model's `vllm:` series, labelled model_name
+        )
+        keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive
+        pool.add(model_engine, WarmConfig(keep_alive, spec.memory_gib, spec.pinned))
+    return pool
