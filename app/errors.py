@@ -20,6 +20,7 @@ from app.schemas.errors import ErrorBody, ErrorEnvelope
 from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong
 from engine.errors import (
     AdmissionRejected,
+    AwakeElsewhere,
     Drained,
     EngineError,
     EngineRequestError,
@@ -347,6 +348,8 @@ def to_api_error(exc: Exception) -> APIError:
         return ServiceUnavailable(exc.message, exc.retry_after_s, code="draining")
     if isinstance(exc, ModelWakeFailed):
         return ServiceUnavailable(exc.message, exc.retry_after_s, code="model_wake_failed")
+    if isinstance(exc, AwakeElsewhere):
+        return TooManyRequests(exc.message, 1, code="model_asleep_here")
     if isinstance(exc, WakeLimited):
         return TooManyRequests(exc.message, exc.retry_after_s, code="wake_limit_exceeded")
     if isinstance(exc, ModelStateConflict):

@@ -78,7 +78,10 @@ def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
     sleeper: Sleeper = VLLMSleeper() if settings.on_gpu else PauseSleeper()
     wakes = settings.max_wakes_per_minute if settings.max_wakes_per_minute > 0 else None
     pool = ModelPool(
-        sleeper, budget_gib=settings.memory_budget_gib, wakes_per_client_per_minute=wakes
+        sleeper,
+        budget_gib=settings.memory_budget_gib,
+        wakes_per_client_per_minute=wakes,
+        prefer_awake_elsewhere=settings.prefer_awake_elsewhere,
     )
     if engine is not None:
         pool.add(engine)

@@ -131,6 +131,15 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             "per minute; over it, 429 `wake_limit_exceeded`; `0`: no limit"
         ),
     ] = 6
+    prefer_awake_elsewhere: Annotated[
+        bool,
+        Flag(
+            "in a fleet behind a router that retries a 429 on another box (vLLM's router, "
+            "sglang-router): the first attempt of a request at a model asleep here gets 429 "
+            "`model_asleep_here`, so the router tries a box where the model is awake; the "
+            "same request again within 30 s (the router found none) wakes it here"
+        ),
+    ] = False
     tool_call_parser: Annotated[
         str | None,
         Flag(

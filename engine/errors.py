@@ -69,6 +69,15 @@ class WakeLimited(EngineError):
         self.retry_after_s = retry_after_s
 
 
+class AwakeElsewhere(EngineError):
+    """The first attempt of a request at a model asleep here, refused so that a router
+    retries it on a box where the model is awake (engine.warm.elsewhere)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class ModelStateConflict(EngineError):
     """An operator's sleep or wake the model's state refuses (pinned, busy, yielded)."""
 

@@ -16,6 +16,7 @@ from app.schemas.sampling import SamplingFields
 from app.services.admission import clamp_priority, client_key
 from app.tenancy.isolation import cache_salt
 from app.tenancy.service import RequestMeter, Tenancy, request_key
+from engine.warm.elsewhere import REQUEST_BODY
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _encoder = msgspec.json.Encoder()
@@ -49,6 +50,8 @@ async def respond(
     body_bytes: int = 0,
 ) -> Response[bytes] | EventStream:
     """`body` is the decoded request; errors raised here map in app.errors."""
+    # Read only for a model asleep here, to know a router's retry (engine.warm.elsewhere).
+    REQUEST_BODY.set(await request.body())
     key = request_key(request)
     client = client_key(request, body.user, key.id if key is not None else None)
     body.priority = clamp_priority(body.priority, key.limits.priority if key is not None else 0)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from engine.errors import ModelStateConflict, ModelWakeFailed
 from engine.protocol import Engine
+from engine.warm.elsewhere import AwakeElsewhereFirst
 from engine.warm.model import ModelState, WarmConfig, WarmModel
 from engine.warm.sleeper import Sleeper
 from engine.warm.wakes import WakeBudget
@@ -49,6 +50,7 @@ class ModelPool:
         idle_check_s: float = 0.5,
         retry_after_s: float = 5.0,
         wakes_per_client_per_minute: int | None = None,
+        prefer_awake_elsewhere: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sleeper = sleeper
@@ -58,6 +60,10 @@ class ModelPool:
         self.retry_after_s = retry_after_s
         self.clock = clock
         self.wake_budget = WakeBudget(wakes_per_client_per_minute, lambda: self.clock())
+        # In a fleet: a request's first attempt at a sleeping model goes to another box.
+        self.elsewhere: AwakeElsewhereFirst | None = None
+        if prefer_awake_elsewhere:
+            self.elsewhere = AwakeElsewhereFirst(clock=lambda: self.clock())
         self.models: list[WarmModel] = []
         self._by_name: dict[str, WarmModel] = {}
         self._lock = asyncio.Lock()  # every state change, one at a time
@@ -140,9 +146,13 @@ class ModelPool:
         """Return once `model` is awake: at once if it is, else after the one wake all
         its callers share. Raises `ModelWakeFailed`, and `WakeLimited` when the wake would
         be `client`'s and it has used up its wakes (joining one under way is free). A
-        loading model returns at once (its engine answers "not ready" itself)."""
+        loading model returns at once (its engine answers "not ready" itself). With
+        `prefer_awake_elsewhere`, the first attempt of a request raises `AwakeElsewhere`
+        (engine.warm.elsewhere) before it would wait for a wake."""
         if model.state in (ModelState.AWAKE, ModelState.LOADING):
             return
+        if self.elsewhere is not None:
+            self.elsewhere.check(model.name)
         if model.wake_task is None:
             self.wake_budget.take(client, model.name)
         if count_waiter:

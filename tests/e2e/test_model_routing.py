@@ -2,7 +2,10 @@
 both) behind a real vllm-router in its multi-model mode (`--enable-igw`), workers
 registered with their model as docs/fleet.md says, traffic from the official openai
 client. Each request must reach a replica that serves its model, every replica serving
-a model must get some of it, and `/v1/models` through the router lists the union.
+a model must get some of it, and the router lists the union of the models. With
+`--prefer-awake-elsewhere`, a model asleep on one replica and awake on another is
+served by the awake one, and by the sleeping one (which wakes it) once the other is
+gone.
 
 The replicas run the scripted engine (seconds to start): routing is the HTTP side's."""
 
@@ -28,12 +31,41 @@ from perf.scenarios.fleet import _settings_json
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER = str(Path(sys.executable).with_name("vllm-router"))
 REPLICAS = {"a": ("alpha",), "b": ("beta",), "c": ("alpha", "beta")}
+ADMIN = "routing-admin-key"
 
 
 class Fleet:
-    def __init__(self, router: str, replicas: dict[str, tuple[int, Path]]) -> None:
+    def __init__(
+        self,
+        router: str,
+        replicas: dict[str, tuple[int, Path]],
+        processes: dict[str, subprocess.Popen[bytes]],
+    ) -> None:
         self.router = router
         self.replicas = replicas
+        self.processes = processes
+        self.client = openai.OpenAI(base_url=f"{router}/v1", api_key="none", max_retries=0)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.replicas[name][0]}"
+
+    def chat(self, model: str, text: str = "hi") -> None:
+        reply = self.client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": text}], max_tokens=2
+        )
+        assert reply.model == model
+
+    def served_after(self, before: dict[str, Counter[str]], total: int) -> dict[str, Counter[str]]:
+        """Requests answered since `before`, once `total` of them are in the logs (the
+        access line is written as the request ends)."""
+        deadline = time.monotonic() + 10
+        while True:
+            now = self.served()
+            delta = {name: now[name] - before.get(name, Counter()) for name in now}
+            if sum(sum(c.values()) for c in delta.values()) >= total:
+                return delta
+            assert time.monotonic() < deadline, delta
+            time.sleep(0.2)
 
     def served(self) -> dict[str, Counter[str]]:
         """Chat requests each replica answered, by model (from its JSON access log)."""
@@ -63,7 +95,8 @@ def _wait(url: str, process: subprocess.Popen[bytes], log: Path, path: str = "/h
 
 
 def _replica(port: int, models: tuple[str, ...], log: Path) -> subprocess.Popen[bytes]:
-    flags = ["--port", str(port), "--log-format", "json"]
+    flags = ["--port", str(port), "--log-format", "json", "--prefer-awake-elsewhere"]
+    flags += ["--admin-key", ADMIN]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LILAC_SCRIPTED_MODELS": ",".join(models)}
     env["LILAC_SETTINGS_JSON"] = json.dumps(_settings_json(parse_args(flags)))
     with log.open("wb") as out:
@@ -94,7 +127,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         command = [
             ROUTER, "--host", "127.0.0.1", "--port", str(port), "--enable-igw",
             "--policy", "round_robin", "--health-check-endpoint", "/health",
-            "--health-check-interval-secs", "1", "--prometheus-host", "127.0.0.1",
+            "--health-check-interval-secs", "1", "--retry-max-retries", "6",
+            "--retry-initial-backoff-ms", "50", "--prometheus-host", "127.0.0.1",
             "--prometheus-port", str(free_port()), "--log-level", "warning",
         ]  # fmt: skip
         with log.open("wb") as out:
@@ -107,29 +141,21 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             hosts = ("127.0.0.1", "localhost")
             for host, model in zip(hosts, models, strict=False):
                 register(router, f"http://{host}:{replicas[name][0]}", model)
-        yield Fleet(router, replicas)
+        yield Fleet(router, replicas, dict(zip(REPLICAS, processes, strict=False)))
     finally:
         for process in processes:
-            process.terminate()
+            if process.poll() is None:
+                process.terminate()
         for process in processes:
             process.wait(timeout=30)
 
 
 def test_each_models_requests_reach_replicas_that_serve_it(fleet: Fleet) -> None:
-    client = openai.OpenAI(base_url=f"{fleet.router}/v1", api_key="none", max_retries=0)
     asked = ["alpha"] * 12 + ["beta"] * 12
     for model in asked[0::2] + asked[1::2]:  # alternating, then the rest
-        reply = client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
-        )
-        assert reply.model == model
-    served = fleet.served()
-    deadline = time.monotonic() + 10  # the access line is written as the request ends
-    while sum(sum(c.values()) for c in served.values()) < len(asked):
-        assert time.monotonic() < deadline, served
-        time.sleep(0.2)
-        served = fleet.served()
-    print(f"\nrequests per replica by model: { {k: dict(v) for k, v in served.items()} }")
+        fleet.chat(model)
+    served = fleet.served_after({}, len(asked))
+    print(f"\nrequests per model per replica: { {k: dict(v) for k, v in served.items()} }")
     assert set(served["a"]) == {"alpha"} and set(served["b"]) == {"beta"}
     assert served["c"]["alpha"] > 0 and served["c"]["beta"] > 0
     for model in ("alpha", "beta"):
@@ -137,10 +163,54 @@ def test_each_models_requests_reach_replicas_that_serve_it(fleet: Fleet) -> None
 
     # A model no replica serves: the replica's own 404 in OpenAI's shape.
     with pytest.raises(openai.NotFoundError):
-        client.chat.completions.create(
-            model="gamma", messages=[{"role": "user", "content": "hi"}], max_tokens=2
-        )
+        fleet.chat("gamma")
 
-    # The router's own /v1/models: the union of the registered models (ids only).
+
+def test_the_router_lists_the_union_of_the_replicas_models(fleet: Fleet) -> None:
+    # vllm-router 0.1.17 answers GET /v1/models itself, from its worker registry, in its
+    # own shape (`{"models": [...]}`): the union of the registered ids.
     listed = httpx.get(f"{fleet.router}/v1/models", timeout=10).json()
     assert sorted(listed["models"]) == ["alpha", "beta"]
+    # The openai client reads `data`, which that answer lacks: an empty list.
+    assert list(fleet.client.models.list()) == []
+    # GET /v1/models/{id} goes through to the replicas: each model's own card, from a
+    # replica serving it.
+    for model in ("alpha", "beta"):
+        card = fleet.client.models.retrieve(model)
+        assert card.id == model and card.model_extra and card.model_extra["state"] == "awake"
+    with pytest.raises(openai.NotFoundError):
+        fleet.client.models.retrieve("gamma")
+
+
+def _sleep(fleet: Fleet, replica: str, model: str) -> None:
+    admin = {"authorization": f"Bearer {ADMIN}"}
+    url = f"{fleet.url(replica)}/admin/models/{model}/sleep"
+    response = httpx.post(url, headers=admin, timeout=10)
+    assert response.status_code == 200 and response.json()["state"] == "asleep", response.text
+
+
+def _state(fleet: Fleet, replica: str, model: str) -> str:
+    card = httpx.get(f"{fleet.url(replica)}/v1/models/{model}", timeout=10).json()
+    return str(card["state"])
+
+
+def test_a_model_asleep_on_one_replica_goes_to_the_one_where_it_is_awake(fleet: Fleet) -> None:
+    _sleep(fleet, "a", "alpha")
+    before = fleet.served()
+    for index in range(8):
+        fleet.chat("alpha", f"awake elsewhere {index}")  # distinct requests
+    served = fleet.served_after(before, 8)
+    print(f"\nalpha asleep on a, awake on c: { {k: dict(v) for k, v in served.items()} }")
+    assert served["c"]["alpha"] == 8 and served["a"]["alpha"] == 0
+    assert _state(fleet, "a", "alpha") == "asleep"  # never woken
+
+    # Replica c gone: the requests still reach a, which wakes its model for them.
+    fleet.processes["c"].terminate()
+    fleet.processes["c"].wait(timeout=30)
+    before = fleet.served()
+    for index in range(4):
+        fleet.chat("alpha", f"only asleep left {index}")
+    served = fleet.served_after(before, 4)
+    print(f"c gone: { {k: dict(v) for k, v in served.items()} }")
+    assert served["a"]["alpha"] == 4
+    assert _state(fleet, "a", "alpha") == "awake"

@@ -10,7 +10,12 @@ from app.errors import (
     to_api_error,
 )
 from app.schemas.chat import chat_request_decoder
-from engine.errors import ContextLengthExceeded, EngineFailure, EngineUnavailable
+from engine.errors import (
+    AwakeElsewhere,
+    ContextLengthExceeded,
+    EngineFailure,
+    EngineUnavailable,
+)
 
 
 def decode_error(body: bytes) -> Exception:
@@ -72,3 +77,12 @@ def test_model_not_found_shape() -> None:
 
 def test_service_unavailable_keeps_retry_after() -> None:
     assert error_response(ServiceUnavailable("busy", retry_after=9)).headers["Retry-After"] == "9"
+
+
+def test_a_model_asleep_here_is_a_429_a_router_retries_elsewhere() -> None:
+    # 429: retried on another box by vLLM's router and sglang-router, and not counted
+    # against this box's circuit breaker (a 5xx would be).
+    response = error_response(to_api_error(AwakeElsewhere("asleep here")))
+    body = msgspec.json.decode(response.content)
+    assert response.status_code == 429 and response.headers["Retry-After"] == "1"
+    assert body["error"]["code"] == "model_asleep_here"

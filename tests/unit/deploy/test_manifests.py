@@ -140,6 +140,11 @@ def test_the_model_routing_recipe_registers_each_pod_under_the_model_it_serves()
     args = router["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert "vllm-router==0.1.17" in args and "--enable-igw" in args
     assert "--health-check-endpoint /health" in args
+    # A model asleep on a pod goes first where it is awake: the pods refuse its first
+    # attempt, the router retries it elsewhere.
+    assert settings.prefer_awake_elsewhere
+    retries = re.search(r"--retry-max-retries (\d+)", args)
+    assert retries is not None and int(retries.group(1)) >= 3
     assert env["ROUTER"] == "http://lilac-model-router.lilac.svc"
     service = next(d for d in documents if d["kind"] == "Service")
     assert service["metadata"]["name"] == "lilac-model-router"
