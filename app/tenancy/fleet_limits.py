@@ -18,7 +18,8 @@ slots stop counting when its heartbeat expires (it died).
 When a round fails (the database is down or slow), the replica counts alone: each
 key gets its share, the limit divided by the replicas it last saw (at least 1), as a
 local bucket starting from what the replica still held. The next round that succeeds
-brings it back to the shared buckets.
+brings it back to the shared buckets. The slices and that local share are in
+app.tenancy.fleet_leases.
 """
 
 from __future__ import annotations
@@ -29,10 +30,17 @@ import logging
 import math
 import time
 import uuid
-from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.tenancy.fleet_leases import (
+    KeyLease,
+    Lease,
+    alone_refusal,
+    fill_share,
+    refill_alone,
+    start_alone,
+)
 from app.tenancy.keys import KeyLimits
 from app.tenancy.limit_store import WINDOW_S, Ask, Grant, LimitStore, Round, share
 from app.tenancy.limits import (
@@ -51,59 +59,6 @@ SYNC_INTERVAL_S = 0.5
 LEASE_FRACTION = 0.05  # a replica's slice of a bucket: this part of the limit, over replicas
 IDLE_S = 10.0  # a key unused this long gives its slices back
 WAIT_S = 1.0  # the longest a request waits for a round to top its slice up
-
-
-@dataclass(slots=True)
-class Lease:
-    """A replica's units of one of a key's buckets. `held` may go below 0 (a request
-    used more tokens than it reserved): the debt is paid from the next grant."""
-
-    capacity: int
-    held: float = 0.0
-    left: float = 0.0  # the shared bucket's level at the last round
-    need: float = 0.0  # what a waiting request needs held
-    dry_until: float = 0.0  # the shared bucket had too little before this time
-
-    def short(self, amount: float) -> bool:
-        return self.held < amount
-
-    def refill_alone(self, replicas: int, elapsed: float) -> None:
-        """Counting alone: refill towards this replica's share (never drains units it
-        already holds above it)."""
-        part = share(self.capacity, replicas)
-        if self.held < part:
-            self.held = min(float(part), self.held + elapsed * part / WINDOW_S)
-
-
-class KeyLease:
-    __slots__ = (
-        "in_flight",
-        "limits",
-        "peak",
-        "requests",
-        "slots",
-        "slots_dry_until",
-        "slots_need",
-        "stamp",
-        "tokens",
-        "used_at",
-    )
-
-    def __init__(self, limits: KeyLimits, now: float) -> None:
-        self.limits = limits
-        self.requests = Lease(limits.rpm) if limits.rpm is not None else None
-        self.tokens = Lease(limits.tpm) if limits.tpm is not None else None
-        self.slots = 0  # concurrency slots held
-        self.slots_need = 0
-        self.slots_dry_until = 0.0
-        self.in_flight = 0
-        self.peak = 0  # most in flight since the last round
-        self.used_at = now
-        self.stamp = now  # last local refill while counting alone
-
-    def idle(self) -> bool:
-        held = [lease.held for lease in (self.requests, self.tokens) if lease is not None]
-        return self.in_flight == 0 and self.slots == 0 and not any(held)
 
 
 class FleetLimiter:
@@ -141,9 +96,7 @@ class FleetLimiter:
             if state is not None:  # limits changed: what is in flight still is
                 fresh.in_flight, fresh.slots = state.in_flight, state.slots
             elif self.alone:  # first seen while counting alone: a full share, as a
-                for lease in (fresh.requests, fresh.tokens):  # single server starts full
-                    if lease is not None:
-                        lease.held = float(share(lease.capacity, self.replicas))
+                fill_share(fresh, self.replicas)  # single server starts full
             self._keys[key_id] = state = fresh
         return state
 
@@ -158,7 +111,7 @@ class FleetLimiter:
             state = self._state(key_id, limits, now)
             state.used_at = now
             if self.alone:
-                self._refill_alone(state, now)
+                refill_alone(state, self.replicas, now)
             refusal = self._shortfall(state, tokens, slots, now)
             if refusal is None:
                 return self._take(state, key_id, tokens, slots)
@@ -177,7 +130,7 @@ class FleetLimiter:
             state = self._state(key_id, limits, now)
             state.used_at = now
             if self.alone:
-                self._refill_alone(state, now)
+                refill_alone(state, self.replicas, now)
             lease = state.requests
             assert lease is not None
             if not lease.short(1):
@@ -215,10 +168,7 @@ class FleetLimiter:
 
     def _bucket_refusal(self, lease: Lease, amount: float, now: float, text: str) -> RateLimited:
         if self.alone:
-            part = share(lease.capacity, self.replicas)
-            rate = part / WINDOW_S
-            wait = math.inf if amount > part or rate <= 0 else (amount - lease.held) / rate
-            return RateLimited(text, max(wait, 0.001))
+            return alone_refusal(lease, amount, self.replicas, text)
         if now < lease.dry_until:
             return RateLimited(text, max(lease.dry_until - now, 0.001))
         lease.need = max(lease.need, amount)
@@ -259,13 +209,6 @@ class FleetLimiter:
             out.append((b"x-ratelimit-remaining-" + kind, str(remaining).encode()))
             out.append((b"x-ratelimit-reset-" + kind, duration(reset)))
         return out
-
-    def _refill_alone(self, state: KeyLease, now: float) -> None:
-        elapsed = max(0.0, now - state.stamp)
-        state.stamp = now
-        for lease in (state.requests, state.tokens):
-            if lease is not None:
-                lease.refill_alone(self.replicas, elapsed)
 
     # -- rounds ------------------------------------------------------------------------
 
@@ -342,8 +285,7 @@ class FleetLimiter:
 
     def _go_alone(self, now: float) -> None:
         self.alone = True
-        for state in self._keys.values():
-            state.stamp = now
+        start_alone(self._keys.values(), now)
 
     def _asks(self, now: float) -> list[tuple[Ask, KeyLease]]:
         asks = []

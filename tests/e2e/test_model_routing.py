@@ -67,6 +67,12 @@ class Fleet:
             assert time.monotonic() < deadline, delta
             time.sleep(0.2)
 
+    def refused(self, name: str) -> int:
+        """First attempts a replica sent elsewhere (429 `model_asleep_here`)."""
+        log = self.replicas[name][1]
+        lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+        return sum(1 for e in lines if e.get("outcome") == "model_asleep_here")
+
     def served(self) -> dict[str, Counter[str]]:
         """Chat requests each replica answered, by model (from its JSON access log)."""
         counts: dict[str, Counter[str]] = {}
@@ -200,8 +206,11 @@ def test_a_model_asleep_on_one_replica_goes_to_the_one_where_it_is_awake(fleet: 
     for index in range(8):
         fleet.chat("alpha", f"awake elsewhere {index}")  # distinct requests
     served = fleet.served_after(before, 8)
+    refused = fleet.refused("a")
     print(f"\nalpha asleep on a, awake on c: { {k: dict(v) for k, v in served.items()} }")
+    print(f"first attempts a sent elsewhere: {refused}")
     assert served["c"]["alpha"] == 8 and served["a"]["alpha"] == 0
+    assert refused > 0  # round robin did try a: its refusals sent them to c
     assert _state(fleet, "a", "alpha") == "asleep"  # never woken
 
     # Replica c gone: the requests still reach a, which wakes its model for them.
