@@ -195,3 +195,24 @@ async def test_a_client_that_has_used_its_wakes_gets_a_429_and_others_still_wake
     again = await http.post("/v1/chat/completions", json={**chat("two"), "user": "a"})
     assert again.status_code == 200, again.text
     assert sum(m.wakes for m in pool.models) == 4
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_prefer_awake_elsewhere_refuses_the_first_attempt_then_wakes(stream: bool) -> None:
+    pool = ModelPool(PauseSleeper(), prefer_awake_elsewhere=True)
+    pool.add(ScriptedEngine(("b",), served_names=("other",)), WarmConfig())
+    await pool.sleep(pool.models[0])
+    body = {**chat("other"), "stream": stream}
+    async with app_client(None, Settings(), models=pool) as http:
+        first = await http.post("/v1/chat/completions", json=body)
+        assert first.status_code == 429, first.text  # before any stream: a router retries
+        assert first.json()["error"]["code"] == "model_asleep_here"
+        assert first.headers["retry-after"] == "1"
+        assert pool.models[0].state is ModelState.ASLEEP  # not woken by it
+        other = await http.post("/v1/chat/completions", json={**body, "user": "someone"})
+        assert other.status_code == 429  # another body: another request
+        again = await http.post("/v1/chat/completions", json=body)  # the router came back
+        assert again.status_code == 200, again.text
+        assert pool.models[0].state is ModelState.AWAKE
+        awake = await http.post("/v1/chat/completions", json={**body, "user": "someone"})
+        assert awake.status_code == 200  # awake: served at once
