@@ -3,9 +3,9 @@
 One server holds two models (`[[models]]`: the default SmolLM2 weights under the names
 `model-a` and `model-b`, two engines). Model B's TTFT is measured alone (sequential
 requests), then while a burst of concurrent requests for model A runs (each from its
-own client, `ignore_eos`, so the burst lasts): B's requests are sent one by one
-during the burst, each from the same client. The same run does this for two code
-trees, one server after the other: `--before-ref` (default `main`, exported from git
+own client, `ignore_eos`, so the burst lasts): B's requests are sent
+`--probe-every-s` apart while the burst runs, each from its own client. The same run
+does this for two code trees, one server after the other: `--before-ref` (default `main`, exported from git
 into a scratch folder) and this checkout; only the code on `PYTHONPATH` differs, so
 the rows compare admission before and after, side by side. The load average is
 recorded beside each phase (the machine is shared).
@@ -89,13 +89,17 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         ]
         await asyncio.sleep(args.settle_s)  # the burst is admitted and prefilling
         load_burst = os.getloadavg()[0]
-        during: list[float] = []
-        for i in range(args.probes):
+        probes: list[asyncio.Task[float]] = []
+        for i in range(args.probes):  # sent while the burst runs, `--probe-every-s` apart
             if all(task.done() for task in burst):
                 break
-            during.append(
-                await ttft(http, url, MODEL_B, f"b-burst-{i}", max_tokens=args.probe_tokens)
+            probes.append(
+                asyncio.create_task(
+                    ttft(http, url, MODEL_B, f"b-burst-{i}", max_tokens=args.probe_tokens)
+                )
             )
+            await asyncio.sleep(args.probe_every_s)
+        during = list(await asyncio.gather(*probes))
         burst_ttfts = await asyncio.gather(*burst)
         burst_s = time.perf_counter() - burst_started
     return {
@@ -136,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", type=int, default=6, help="B requests, alone and during")
     parser.add_argument("--probe-tokens", type=int, default=4)
     parser.add_argument("--settle-s", type=float, default=2.0)
+    parser.add_argument("--probe-every-s", type=float, default=1.0)
     parser.add_argument("--before-ref", default="main", help="git ref of the code before")
     parser.add_argument("--skip-before", action="store_true")
     args = parser.parse_args(argv)
