@@ -3,11 +3,11 @@
 One server holds two models (`[[models]]`: the default SmolLM2 weights under the names
 `model-a` and `model-b`, two engines). Model B's TTFT is measured alone (sequential
 requests), then while a burst of concurrent requests for model A runs (each from its
-own client, `ignore_eos`, so the burst lasts): B's requests are sent
-`--probe-every-s` apart while the burst runs, each from its own client. The same run
-does this for two code trees, one server after the other: `--before-ref` (default `main`, exported from git
-into a scratch folder) and this checkout; only the code on `PYTHONPATH` differs, so
-the rows compare admission before and after, side by side. The load average is
+own client, `ignore_eos`, so the burst lasts): B's requests are sent `--probe-every-s`
+apart while the burst runs, each from its own client. The same run does this for two
+code trees, one server after the other: `--before-ref` (default `main`, exported from
+git into a scratch folder) and this checkout; only the code on `PYTHONPATH` differs,
+so the rows compare admission before and after, side by side. The load average is
 recorded beside each phase (the machine is shared).
 
     HF_HUB_OFFLINE=1 python -m perf two-model-burst [--burst 64] [--before-ref main]
