@@ -116,7 +116,8 @@ def run_server(name: str, code: Path, config: Path, args: argparse.Namespace) ->
     port = free_port()
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONPATH": str(code), "HF_HUB_OFFLINE": "1"}
     command = lilac_argv(port, "--config", str(config), *ENGINE_FLAGS)
-    server = Server(command, OUT / f"{name}.log", port=port, env=env, cwd=code)
+    log = OUT / f"{name.split()[0]}.log"  # before.log, after.log
+    server = Server(command, log, port=port, env=env, cwd=code)
     try:
         server.wait_healthy(900)
         return {"code": name, **asyncio.run(measure(server.base_url, args))}
