@@ -25,7 +25,7 @@ from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.fleet_limits import SYNC_INTERVAL_S, FleetLimiter
 from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
-from app.tenancy.middleware import SCOPE_KEY
+from app.tenancy.middleware import SCOPE_KEY, SCOPE_TENANCY
 from app.tenancy.usage import UsageRecord, UsageWriter
 from app.usage_source import UsageSource
 from engine.errors import AdmissionRejected, Drained
@@ -329,6 +329,12 @@ class Tenancy:
             await self.limiter.acquire_request(key.id, key.limits)
         except RateLimited as exc:
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
+
+
+def request_tenancy(request: Request[Any, Any, Any]) -> Tenancy:
+    """The app's tenancy (app.tenancy.middleware puts it in every request's scope)."""
+    tenancy: Tenancy = request.scope[SCOPE_TENANCY]  # type: ignore[literal-required]  # ASGI scope is a TypedDict
+    return tenancy
 
 
 def request_key(request: Request[Any, Any, Any]) -> KeyRecord | None:

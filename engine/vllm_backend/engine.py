@@ -264,12 +264,20 @@ class VLLMEngine:
             # the prompt (and its length, for the budget and `prompt_tokens`) grows.
             prompt = await self._multimodal_prompt(prompt_ids, request.images)
             prompt_ids = list(prompt["prompt_token_ids"])
-        parsing.prompt_token_ids = await off_loop(self._parsing.current_turn, prompt_ids)
+        # Off the loop only when there is work: a hand-over to the pool and back costs
+        # more of the loop's time than the no-op it would run (most requests).
+        if self._parsing.finds_turns:
+            parsing.prompt_token_ids = await off_loop(self._parsing.current_turn, prompt_ids)
+        else:
+            parsing.prompt_token_ids = prompt_ids
         max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
         if request.cache_salt is not None:
             prompt["cache_salt"] = request.cache_salt  # vLLM scopes its prefix cache by it
-        # Checking and bounding schemas and building the grammar's spec: off the loop too.
-        constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
+        # Checking and bounding schemas and building the grammar's spec: off the loop too
+        # (a request without tools or a response format has none).
+        constraint = None
+        if request.response_format is not None or request.tools is not None:
+            constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
         if self._grammar_gate is not None:
             await self._grammar_gate.check(constraint, constraint_param(request))
         greedy_n = sampling.n > 1 and sampling.temperature == 0
