@@ -135,7 +135,6 @@ class RequestMeter:
         "key",
         "model",
         "n",
-        "request_id",
         "reservation",
         "settled",
         "started",
@@ -150,7 +149,6 @@ class RequestMeter:
         self.endpoint = endpoint
         self.model = model
         self.n = n
-        self.request_id = uuid.uuid4().hex
         http = context.current()
         self.http = http  # its `queue_s` is admission's wait, once admitted
         self.client_request_id = http.client_request_id if http is not None else None
@@ -163,10 +161,11 @@ class RequestMeter:
     def record(self, outcome: str) -> UsageRecord:
         prompt = cached = completion = reasoning = 0
         ttft_ms = None
-        request_id = self.request_id  # the response's `id` once there is a generation
         source = self.usage_source
-        if source is not None:
-            request_id = source.id
+        if source is None:  # refused or gone before a generation: an id of its own
+            request_id = uuid.uuid4().hex
+        else:
+            request_id = source.id  # the response's `id`
             usage = source.usage()
             prompt = source.engine_prompt_tokens
             completion = source.engine_completion_tokens

@@ -85,7 +85,14 @@ class UsageRecord:
 
 
 def day_of(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(seconds))
+    # Every record of a day asks for the same text: the last day's is kept.
+    number = int(seconds // 86400)
+    if number != _last_day[0]:
+        _last_day[:] = [number, time.strftime("%Y-%m-%d", time.gmtime(seconds))]
+    return str(_last_day[1])
+
+
+_last_day: list[int | str] = [-1, ""]
 
 
 RefusalKey = tuple[str, float, str]  # key id, minute (Unix seconds), reason
@@ -119,12 +126,14 @@ class UsageWriter:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def write(self, record: UsageRecord) -> None:
-        """Returns when the record is committed (or spooled, or set aside, on disk)."""
+        """Returns when the record is committed (or spooled, or set aside, on disk). A
+        caller cancelled meanwhile cancels only its wait: the record stays queued and is
+        written with the others (the flush skips a future that is done)."""
         future = asyncio.get_running_loop().create_future()
         self._pending.append((record, future))
         self._wake.set()
         self.start()  # started by the app's lifespan; else (a tool, a test) on first use
-        await asyncio.shield(future)
+        await future
 
     def submit(self, record: UsageRecord) -> None:
         """Queue a record without waiting (a cancelled request: nobody waits for it)."""
