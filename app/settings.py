@@ -405,11 +405,21 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     batch_concurrency_beside_interactive: Annotated[
         int,
         Flag(
-            "batch lines one replica starts while interactive requests run: fewer lines in "
-            "the engine's batch keep interactive latency close to its value without a batch",
+            "batch lines one replica keeps running while interactive requests run (the "
+            "newest over this are cut when one arrives, and run again later): every line "
+            "in the engine's batch slows each step of an interactive request",
             section="tenants",
         ),
-    ] = 2
+    ] = 0
+    batch_resume_after_s: Annotated[
+        float,
+        Flag(
+            "seconds without an interactive request before batch lines start again beyond "
+            "`--batch-concurrency-beside-interactive` (so gaps in a steady load do not let "
+            "lines in and out)",
+            section="tenants",
+        ),
+    ] = 2.0
     batch_lease_s: Annotated[
         float,
         Flag(

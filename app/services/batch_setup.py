@@ -57,8 +57,10 @@ def build_batches(
         replica=replica,
         concurrency=settings.batch_concurrency,
         beside_interactive=settings.batch_concurrency_beside_interactive,
+        resume_after_s=settings.batch_resume_after_s,
         lease_s=settings.batch_lease_s,
         should_poll=lambda: has_database(database),
     )
     admission.interactive_queued.append(runner.make_room)
+    admission.interactive_arrived.append(runner.interactive_arrived)
     return BatchService(store, files, runner), runner

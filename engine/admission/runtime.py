@@ -33,16 +33,15 @@ from engine.admission.probes import GpuSample, Probe
 from engine.admission.queue import AdmissionQueue, Ticket, estimate_tokens
 from engine.checks import require_ready
 from engine.errors import AdmissionRejected, Drained
-from engine.protocol import GenerateRequest, ModelHost, ModelInfo
+from engine.protocol import DEFERRED_PREFIX, GenerateRequest, ModelHost, ModelInfo
 
 log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
 PREFILL_CONTEXTS = 1  # a client's admitted prompts not yet begun: at most this many contexts
-# Clients whose names start so are deferred work (batch lines): the lowest lane. Such a
-# ticket starts at once or not at all (it never waits in the queue, so no interactive
-# request ever waits behind one), and it may not take the last of the capacity.
-DEFERRED_PREFIX = "deferred:"
+# Deferred work (clients named DEFERRED_PREFIX...) is the lowest lane. Such a ticket
+# starts at once or not at all (it never waits in the queue, so no interactive request
+# ever waits behind one), and it may not take the last of the capacity.
 DEFERRED_HEADROOM_DIVISOR = 8  # an eighth of the cap and of the KV budget stays interactive
 
 
@@ -90,6 +89,8 @@ class AdmissionController:
         self.observers: list[Callable[[str, float], None]] = []
         # Called when an interactive request has to queue: deferred work makes room.
         self.interactive_queued: list[Callable[[], None]] = []
+        # Called as each interactive request is offered: deferred work steps aside.
+        self.interactive_arrived: list[Callable[[], None]] = []
         self.interference_s = 0.0  # time the owner was active or light while we ran
         self._reclaimed_at: float | None = None
         self._last_observed: float | None = None
@@ -315,6 +316,9 @@ class AdmissionController:
         if not self.admitting():
             self._count_rejection("draining" if self.state is State.DRAINING else "yielded")
             raise self._not_admitting(now)
+        if not client.startswith(DEFERRED_PREFIX):
+            for listener in self.interactive_arrived:
+                listener()
         ticket = Ticket(next(self._ids), client, priority, tokens, now, now, prompt_tokens)
         ticket.deadline = now + self.policy.queue_timeout_s
         try:

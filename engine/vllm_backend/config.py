@@ -73,6 +73,10 @@ def engine_args(config: EngineConfig) -> Any:
             backend="xgrammar", disable_any_whitespace=True
         ),
         reasoning_parser=(family.reasoning_parser if family else None) or "",
+        # Requests carry a priority (engine.protocol.scheduling_priority): a deferred
+        # request waiting in the engine never goes before an interactive one, and is
+        # the first preempted when the KV cache runs short.
+        scheduling_policy="priority",
     )
 
 

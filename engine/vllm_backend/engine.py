@@ -36,6 +36,7 @@ from engine.protocol import (
     ModelInfo,
     SamplingOptions,
     Tally,
+    scheduling_priority,
 )
 from engine.streams import merge
 from engine.templates import load_template_file, render_chat
@@ -359,7 +360,11 @@ class VLLMEngine:
             # AsyncLLM.generate's loop, written out: the output collector stays at hand, so
             # an output the engine counted but nobody read is counted here too.
             queue = await self._llm.add_request(
-                plan.request_id, prompt, params, **parsing.engine_kwargs
+                plan.request_id,
+                prompt,
+                params,
+                priority=scheduling_priority(request),
+                **parsing.engine_kwargs,
             )
             if tally is not None:
                 tally.accepted(prompt_tokens)

@@ -405,16 +405,21 @@ async def test_operators_see_every_batch_and_the_metrics(
         assert completion and float(completion[0].split()[-1]) > 0
 
 
-async def test_few_lines_start_while_interactive_requests_run(
+async def test_an_arriving_interactive_request_cuts_lines_over_the_limit(
     database: AsyncEngine, tmp_path: Path
 ) -> None:
+    """Through the real admission controller: the request's arrival cuts the newest
+    lines over `beside_interactive` before it reaches the engine; no line starts while
+    it runs, and once the hysteresis is over lines fill the concurrency again."""
     engine = ScriptedEngine(tokens=["x"] * 100, token_delay_s=0.01)
     async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
         admission = provided(http.app, "admission")
         key_id, secret = await new_key(tenancy)
         runner = runner_of(http)
+        runner.beside_interactive = 1
         lines = [chat_line(f"r{i}", max_tokens=100) for i in range(8)]
         batch = await create(http, secret, await upload(http, key_id, lines))
+        await until(runner, lambda: _running_at_least(runner, 3))
         body = {
             "model": "scripted",
             "max_tokens": 60,
@@ -423,11 +428,19 @@ async def test_few_lines_start_while_interactive_requests_run(
         interactive = asyncio.create_task(http.post(CHAT, json=body, headers=bearer(secret)))
         while admission.interactive_running() < 1:
             await asyncio.sleep(0.01)
+        live = [r for r in runner.running.values() if not r.task.cancelling()]
+        assert len(live) == 1
         for _ in range(5):
             await runner.step()
-        assert len(runner.running) == runner.beside_interactive == 2
+            assert sum(not r.task.cancelling() for r in runner.running.values()) <= 1
         assert (await interactive).status_code == 200
+        assert runner.stats.cut >= 2
+        runner.resume_after_s = 0.0  # the hysteresis: tests/unit/app/deferred/test_runner_policy
         await runner.step()
-        assert len(runner.running) > 2  # alone again: up to the concurrency flag
+        assert len(runner.running) > 1  # alone again: up to the concurrency flag
         done = await finished(http, secret, batch)
-        assert done["request_counts"]["completed"] == 8
+        assert done["request_counts"] == {"total": 8, "completed": 8, "failed": 0}
+
+
+async def _running_at_least(runner: DeferredRunner, count: int) -> bool:
+    return len(runner.running) >= count
