@@ -149,6 +149,10 @@ class DeferredRunner:
                 await self._task
             self._task = None
         await self.cut_all()
+        for handler in self.handlers.values():
+            close = getattr(handler, "close", None)  # a handler's own tasks, if it has any
+            if close is not None:
+                await close()
 
     async def _run(self) -> None:
         while True:

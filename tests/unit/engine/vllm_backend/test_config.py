@@ -89,3 +89,9 @@ def test_the_cpu_keeps_chunked_prefill_and_names_the_seed_safe_worker(tmp_path) 
     assert args.worker_cls == SEED_SAFE_CPU_WORKER
     # The name the engine core imports is a real CPU worker.
     assert issubclass(resolve_obj_by_qualname(SEED_SAFE_CPU_WORKER), CPUWorker)
+
+
+def test_the_engine_schedules_by_priority(tmp_path) -> None:
+    """Deferred requests carry a priority past every interactive one (see
+    tests/unit/engine/test_protocol_priority.py): vLLM orders by it only under this policy."""
+    assert engine_args(EngineConfig(str(tmp_path), ("m",))).scheduling_policy == "priority"
