@@ -108,8 +108,10 @@ def test_a_batch_end_to_end_with_the_openai_client(batches: BatchServer) -> None
     batch = client.batches.create(
         input_file_id=file_id, endpoint=CHAT, completion_window="24h", metadata={"job": "e2e"}
     )
-    assert batch.status == "in_progress" and batch.metadata == {"job": "e2e"}
+    assert batch.status == "validating" and batch.metadata == {"job": "e2e"}
     assert batch.id in [b.id for b in client.batches.list(limit=10)]
+    validated = wait_for(client, batch.id, lambda b: b.status != "validating")
+    assert validated.in_progress_at is not None and validated.request_counts.total == 6
     done = wait_for(client, batch.id, final)
     assert done.status == "completed", done
     assert (done.request_counts.total, done.request_counts.completed) == (6, 6)
@@ -136,6 +138,35 @@ def test_a_batch_end_to_end_with_the_openai_client(batches: BatchServer) -> None
     ).json()
     assert batch.id in [item["id"] for item in admin["data"]]
     assert "lilac_batch_lines_completed_total" in batches.server.metrics_text()
+
+
+def test_a_responses_batch_answers_each_line_as_the_endpoint(batches: BatchServer) -> None:
+    client = batches.client()
+    lines = [
+        {"custom_id": f"resp-{i}", "method": "POST", "url": "/v1/responses",
+         "body": {"model": DEFAULT_MODEL_NAME, "input": f"Name the number {i}.",
+                  "max_output_tokens": 4}}
+        for i in range(3)
+    ]  # fmt: skip
+    lines.append({"custom_id": "bad-item", "method": "POST", "url": "/v1/responses",
+                  "body": {"model": DEFAULT_MODEL_NAME, "max_output_tokens": 4,
+                           "input": [{"type": "no_such_item"}]}})  # fmt: skip
+    data = io.BytesIO(("\n".join(json.dumps(line) for line in lines) + "\n").encode())
+    file_id = client.files.create(file=("responses.jsonl", data), purpose="batch").id
+    batch = client.batches.create(
+        input_file_id=file_id, endpoint="/v1/responses", completion_window="24h"
+    )
+    done = wait_for(client, batch.id, final)
+    assert done.status == "completed", done
+    assert (done.request_counts.completed, done.request_counts.failed) == (3, 1)
+    for line in output_of(client, done):
+        body = line["response"]["body"]
+        assert body["object"] == "response" and body["status"] in ("completed", "incomplete")
+        assert body["store"] is False and body["usage"]["output_tokens"] <= 4
+        assert body["output"][0]["content"][0]["text"]
+    [error] = [json.loads(x) for x in client.files.content(done.error_file_id).text.splitlines()]
+    assert error["custom_id"] == "bad-item" and error["response"]["status_code"] == 400
+    assert error["response"]["body"]["error"]["param"] == "input[0].type"
 
 
 def test_an_owner_reclaim_pauses_the_batch_and_it_completes(batches: BatchServer) -> None:
