@@ -23,6 +23,7 @@ from app.deferred.store import (
     Line,
     LineCounts,
 )
+from app.errors import FileNotFound
 from app.services.batch_lines import LineRunner, closed_line
 from app.services.batch_validation import VALIDATE_LEASE_S, validate
 from app.tenancy.keys import KeyRecord, KeyStore
@@ -47,8 +48,15 @@ class Files(Protocol):
     def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]: ...
 
     async def create_from_lines(
-        self, owner: str, purpose: str, filename: str, lines: AsyncIterator[bytes]
+        self,
+        owner: str,
+        purpose: str,
+        filename: str,
+        lines: AsyncIterator[bytes],
+        file_id: str | None = None,
     ) -> Any: ...
+
+    async def discard_partial(self, file_id: str) -> None: ...
 
 
 class BatchJobs:
@@ -155,17 +163,28 @@ class BatchJobs:
             counts.by_state.get(ANSWERED, 0) - counts.ok
         )
         if counts.ok:
-            output = await self.files.create_from_lines(
-                job.owner, OUTPUT_PURPOSE, f"{job.id}_output.jsonl", self._lines(job, True)
-            )
-            result["output_file_id"] = output.id
+            result["output_file_id"] = await self._result_file(job, "output", True)
         if errors:
-            error_file = await self.files.create_from_lines(
-                job.owner, OUTPUT_PURPOSE, f"{job.id}_error.jsonl", self._lines(job, False)
-            )
-            result["error_file_id"] = error_file.id
+            result["error_file_id"] = await self._result_file(job, "error", False)
         await self.store.move(job.id, ("finalizing",), final_status(job, counts), result)
         log.info("batch %s finalized: %d answered, %d errors", job.id, counts.ok, errors)
+
+    async def _result_file(self, job: Job, name: str, successes: bool) -> str:
+        """The id of the job's output (or error) file, written unless a finalizing cut
+        short (a crash before the final status) wrote it whole already: its id is the
+        job's, so finalizing again finds it, or discards what it left part-written."""
+        file_id = result_file_id(job.id, name)
+        try:
+            await self.files.get(job.owner, file_id)
+            return file_id
+        except FileNotFound:
+            await self.files.discard_partial(file_id)
+        lines = self._lines(job, successes)
+        filename = f"{job.id}_{name}.jsonl"
+        file = await self.files.create_from_lines(
+            job.owner, OUTPUT_PURPOSE, filename, lines, file_id=file_id
+        )
+        return str(file.id)
 
     async def _lines(self, job: Job, successes: bool) -> AsyncIterator[bytes]:
         async for seq, state, body, result, ok in self.store.finished_lines(job.id):
@@ -179,6 +198,11 @@ class BatchJobs:
             elif not successes and state == CANCELLED:
                 line = closed_line(job.id, seq, body, "batch_cancelled", CANCELLED_MESSAGE)
                 yield line.encode() + b"\n"
+
+
+def result_file_id(job_id: str, name: str) -> str:
+    """The id of a batch's `output` or `error` file: one per batch, whoever writes it."""
+    return f"file-{job_id.removeprefix('batch_')}{name[:3]}"
 
 
 def final_status(job: Job, counts: LineCounts) -> str:
