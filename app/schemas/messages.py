@@ -108,8 +108,9 @@ ToolChoiceParam = ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNo
 
 
 class ThinkingEnabled(Struct, tag_field="type", tag="enabled"):
-    # Accepted; the engine bounds reasoning by `max_tokens` only.
-    budget_tokens: Annotated[int, Meta(ge=1)]
+    # Anthropic's bounds: at least 1024, and less than `max_tokens` (checked where the
+    # request is converted). The engine bounds reasoning by `max_tokens` only.
+    budget_tokens: Annotated[int, Meta(ge=1024)]
 
 
 class ThinkingDisabled(Struct, tag_field="type", tag="disabled"):

@@ -460,6 +460,42 @@ def m_thinking_adaptive(ctx: Context) -> dict[str, Any]:
     return post(ctx, "/v1/messages", body)
 
 
+@case("m.err.thinking_budget", "messages", "thinking budget_tokens 100 (Anthropic's least is 1024)")
+def m_err_thinking_budget(ctx: Context) -> dict[str, Any]:
+    body = {
+        **M,
+        "messages": [{"role": "user", "content": FRANCE}],
+        "thinking": {"type": "enabled", "budget_tokens": 100},
+    }
+    return post(ctx, "/v1/messages", body)
+
+
+@case("m.err.thinking_over_max", "messages", "thinking budget_tokens 1024 over max_tokens 8")
+def m_err_thinking_over_max(ctx: Context) -> dict[str, Any]:
+    body = {
+        **M,
+        "messages": [{"role": "user", "content": FRANCE}],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+    return post(ctx, "/v1/messages", body)
+
+
+@case("m.effort", "messages", "output_config.effort low")
+def m_effort(ctx: Context) -> dict[str, Any]:
+    body = {
+        **M,
+        "messages": [{"role": "user", "content": FRANCE}],
+        "output_config": {"effort": "low"},
+    }
+    return post(ctx, "/v1/messages", body)
+
+
+@case("m.err.temperature", "messages", "temperature 1.5 (Anthropic's range is 0 to 1)")
+def m_err_temperature(ctx: Context) -> dict[str, Any]:
+    body = {**M, "temperature": 1.5, "messages": [{"role": "user", "content": FRANCE}]}
+    return post(ctx, "/v1/messages", body)
+
+
 @case("m.max_tokens_32000", "messages", "max_tokens 32000 (over the 2048 context)")
 def m_max_tokens_32000(ctx: Context) -> dict[str, Any]:
     body = {
