@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perf.scenarios.agent_apis_record import collapse
+
 # Record fields compared as they are (besides shapes, values, events and usage).
 PLAIN = (
     "status",
@@ -42,8 +44,8 @@ def _aspects(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]
     if a.get("status") == b.get("status"):
         found += _shape_diff("shape", a.get("shape") or {}, b.get("shape") or {})
         found += _value_diff("values", a.get("values") or {}, b.get("values") or {})
-    if a.get("events") != b.get("events"):
-        found.append(("events", a.get("events"), b.get("events")))
+    if _sequence(a.get("events")) != _sequence(b.get("events")):
+        found.append(("events", _sequence(a.get("events")), _sequence(b.get("events"))))
     shapes_a, shapes_b = a.get("event_shapes") or {}, b.get("event_shapes") or {}
     for kind in sorted(set(shapes_a) & set(shapes_b)):
         found += _shape_diff(f"event {kind}", shapes_a[kind], shapes_b[kind])
@@ -57,6 +59,19 @@ def _aspects(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]
         if key in a or key in b:
             found.append((key, a.get(key), b.get(key)))
     return found
+
+
+# Events the `anthropic` package's stream helper derives from each delta (one per
+# delta, so their runs interleave with the deltas' and count tokens).
+DERIVED = frozenset({"text", "input_json", "thinking", "signature", "citation"})
+
+
+def _sequence(events: list[str] | None) -> list[str] | None:
+    """The event types in order, each run of one type once (`xN`: more than one)."""
+    if events is None:
+        return None
+    kinds = [e.removesuffix(" xN") for e in events if e.removesuffix(" xN") not in DERIVED]
+    return collapse(kinds)
 
 
 def _usage_shape(usage: Any) -> Any:

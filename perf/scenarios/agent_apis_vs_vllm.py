@@ -152,7 +152,3 @@ def main(argv: list[str] | None = None) -> None:
             for name in SERVERS:
                 run_server(name, only)
         report()
-
-
-if __name__ == "__main__":
-    main()
