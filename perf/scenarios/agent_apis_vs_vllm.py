@@ -1,5 +1,6 @@
-"""The agent APIs side by side with `vllm serve`: the same Responses, Messages and model
-requests to each server, and the differences in status, shape, events and usage.
+"""Responses, Messages and model retrieval side by side with `vllm serve`.
+
+The same requests to each server, and the differences in status, shape, events, usage.
 
 Same model (SmolLM2-135M-Instruct, float32, eager, max-model-len 2048, seed 0, hermes
 tool parser, xgrammar without free whitespace: our CPU defaults), one server at a time.
