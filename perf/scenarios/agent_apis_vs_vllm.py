@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.server:
         run_server(args.server, only)
+    elif not args.report:  # both parts, one after the other, in this one process
+        for name in SERVERS:
+            run_server(name, only)
     if args.report or not args.server:
-        if not args.server:
-            for name in SERVERS:
-                run_server(name, only)
         report()
