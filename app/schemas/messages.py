@@ -246,9 +246,13 @@ class MessageDeltaBody(Struct):
 
 
 class MessageDeltaUsage(Struct):
+    """The final usage, with the same fields as the message's (Anthropic's cumulative
+    `message_delta` usage)."""
+
     output_tokens: int
     input_tokens: int | UnsetType = UNSET
     cache_read_input_tokens: int | UnsetType = UNSET
+    cache_creation_input_tokens: int | UnsetType = UNSET
 
 
 class MessageDelta(Struct, tag_field="type", tag="message_delta"):

@@ -152,7 +152,13 @@ async def test_stream_events_of_thinking_and_text() -> None:
     }
     assert [e["delta"]["text"] for e in events[7:9]] == ["Hello", "!"]
     assert events[10]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
-    assert events[10]["usage"]["output_tokens"] == 4
+    # The final usage has every field of the message's usage, as Anthropic's does.
+    assert events[10]["usage"] == {
+        "output_tokens": 4,
+        "input_tokens": 3,
+        "cache_read_input_tokens": 2,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 async def test_tool_use_whole_and_streamed() -> None:
