@@ -43,7 +43,7 @@ def build_engine(
         raise SystemExit("--distributed-executor-backend: expected `mp` or `ray`")
     on_gpu = settings.on_gpu
     if not on_gpu:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kv_cache_gib(settings, model_path))
     if os.path.isdir(model_path):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     config = EngineConfig(
@@ -69,6 +69,18 @@ def build_engine(
         grammar_compile_timeout_s=settings.grammar_compile_timeout,
     )
     return VLLMEngine(config)
+
+
+def cpu_kv_cache_gib(settings: Settings, model_path: str) -> int:
+    """The flag, else `VLLM_CPU_KVCACHE_SPACE`, else a share of the free memory."""
+    from engine import machine
+
+    if settings.cpu_kvcache_space_gib is not None:
+        return settings.cpu_kvcache_space_gib
+    already = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "")
+    if already.isdigit():
+        return int(already)
+    return machine.cpu_kv_cache_gib(machine.probe(), machine.weights_bytes(model_path))
 
 
 def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:

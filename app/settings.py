@@ -114,8 +114,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     ] = None
     gpu_memory_utilization: Annotated[float, Flag("fraction of GPU memory vLLM may take")] = 0.9
     cpu_kvcache_space_gib: Annotated[
-        int, Flag("KV cache size on CPU (sets `VLLM_CPU_KVCACHE_SPACE`)")
-    ] = 2
+        int | None,
+        Flag(
+            "KV cache size on CPU (sets `VLLM_CPU_KVCACHE_SPACE`)",
+            default_doc="`VLLM_CPU_KVCACHE_SPACE` if set, else half the memory available "
+            "after the weights and a margin of max(2 GiB, 10%), 1 to 64 GiB",
+        ),
+    ] = None
     memory_budget_gib: Annotated[
         float | None,
         Flag(
