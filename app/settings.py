@@ -121,6 +121,17 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             "after the weights and a margin of max(2 GiB, 10%), 1 to 64 GiB",
         ),
     ] = None
+    max_num_batched_tokens: Annotated[
+        int | None,
+        Flag(
+            "most tokens one engine step schedules (prefill chunks and decodes)",
+            default_doc="vLLM's (2048 on CPU)",
+        ),
+    ] = None
+    max_num_seqs: Annotated[
+        int | None,
+        Flag("most sequences one engine step runs", default_doc="vLLM's (128 on CPU)"),
+    ] = None
     memory_budget_gib: Annotated[
         float | None,
         Flag(
