@@ -11,10 +11,10 @@ tenth of the memory), between 1 and 64 GiB: on this 23 GiB machine with 15 GiB f
 
 Threads. vLLM binds its CPU worker's OpenMP threads to all cores but one, which it
 leaves to the engine core's scheduler and the frontend (`VLLM_CPU_OMP_THREADS_BIND=
-auto`). That split is kept: measured on this 2-core machine (docs: frontend
-benchmarks), binding both cores to the worker gave no more tokens per second and a
-later first token, the frontend and scheduler then competing with the model's
-threads. A value the user set is always kept.
+auto`). That split is kept: on a shared 2-core machine (perf/RESULTS.md), binding
+both cores to the worker (`0-1`) gave 0.56x the tokens per second at c=16 and 1.15x at
+c=64, one run each under a load average of 7-12: no measured case for changing it.
+The variable is vLLM's to read, so a value the user set is always what it uses.
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ starved compile is given up on after five times that in wall time). Past it the 
 is kept, so the same grammar is refused at once next time. A grammar that compiled in
 time is remembered too, and is not compiled here again: the engine core's own cache
 answers its next uses. An accepted request therefore pays at most about `timeout_s`
-here and as much again in the engine core.
+here and as much again in the engine core. Both compilers cache the pieces grammars
+share, and both are warmed at start with the one that costs seconds, the bounded
+string (engine.vllm_backend.grammar_warmup): a verdict measures what the engine core
+will pay.
 
 A compile that outlives its deadline still holds its thread: when every worker is held
 so, an uncached grammar is refused (503 `grammar_compiler_busy`) rather than queued
