@@ -9,7 +9,9 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -48,7 +50,7 @@ BATCH_LEASE_S = 5
 class KeysServer:
     """`lilac-serve serve --auth keys` (the scripted GPU probe, the admin key `ADMIN_KEY`)
     over its own data directory, shared by every module that needs keys: each test makes
-    keys of its own (`cli("keys", "create", ...)` or the admin API) and reads back only
+    keys of its own (`new_key`, or `cli("keys", "create", ...)`) and reads back only
     its keys' rows, so tests stay independent.
 
     A test may kill -9 it (`kill()`); the next use of `server` starts it again on the
@@ -103,6 +105,19 @@ class KeysServer:
             timeout=120,
         )
         return result.stdout.strip()
+
+    def new_key(self, name: str, **limits: Any) -> str:
+        """A key made through the admin API (`rpm=None`: unlimited, `models=[...]`): its
+        secret. Milliseconds, where `cli("keys", "create", ...)` starts a process that
+        takes seconds; the CLI's own path has its tests."""
+        response = httpx.post(
+            f"{self.url}/admin/keys",
+            json={"name": name, **limits},
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+            timeout=30,
+        )
+        assert response.status_code == 201, response.text
+        return str(response.json()["key"])
 
     def client(self, key: str, retries: int = 0) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=retries)

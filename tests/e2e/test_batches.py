@@ -9,6 +9,7 @@ import io
 import json
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,17 +28,21 @@ class BatchServer:
 
     def __init__(self, keys: KeysServer) -> None:
         self.keys = keys
-        self.secret = keys.cli("keys", "create", "--name", "batches")
+        self.secret = keys.new_key("batches")
 
     @property
     def server(self) -> Server:
         return self.keys.server
 
+    @property
+    def data(self) -> Path:
+        return self.keys.data
+
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.server.base_url}/v1", api_key=self.secret)
 
     def batch_usage(self) -> list[tuple[str, str, int, int]]:
-        with sqlite3.connect(self.keys.data / "lilac.db") as db:
+        with sqlite3.connect(self.data / "lilac.db") as db:
             return list(
                 db.execute(
                     "SELECT request_id, batch_id, prompt_tokens, completion_tokens FROM usage "

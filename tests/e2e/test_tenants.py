@@ -83,11 +83,9 @@ def test_files_of_two_tenants(tenants: KeysServer, tmp_path: Path) -> None:
     retrieved and read back byte for byte; another key sees none of it and cannot delete
     it; a key limited to another model, a bad line, and uploads over the line and byte
     bounds are refused with their 400 or 413, and nothing of them is stored."""
-    alice = tenants.client(tenants.cli("keys", "create", "--name", "files-a", "--rpm", "none"))
-    bob = tenants.client(tenants.cli("keys", "create", "--name", "files-b", "--rpm", "none"))
-    narrow = tenants.client(
-        tenants.cli("keys", "create", "--name", "files-c", "--models", "other-model")
-    )
+    alice = tenants.client(tenants.new_key("files-a", rpm=None))
+    bob = tenants.client(tenants.new_key("files-b", rpm=None))
+    narrow = tenants.client(tenants.new_key("files-c", models=["other-model"]))
     path = tmp_path / "requests.jsonl"
     path.write_text("".join(_batch_line(f"req-{i}") for i in range(3)))
     with path.open("rb") as upload:
@@ -140,8 +138,8 @@ def test_stored_responses_belong_to_their_key(tenants: KeysServer) -> None:
     retrieved, listed, continued and deleted by the key that made it; another key gets a
     404 for each, and cannot continue it."""
     before = _stored_by_owner(tenants)
-    alice = tenants.client(tenants.cli("keys", "create", "--name", "alice"))
-    bob = tenants.client(tenants.cli("keys", "create", "--name", "bob"))
+    alice = tenants.client(tenants.new_key("alice"))
+    bob = tenants.client(tenants.new_key("bob"))
     ask = {"model": DEFAULT_MODEL_NAME, "max_output_tokens": 4, "temperature": 0}
     first = alice.responses.create(input="Say hi.", **ask)
     got = alice.responses.retrieve(first.id)
@@ -205,7 +203,7 @@ def _load(client: openai.OpenAI, seen: list[tuple[str, int, int]], stop: threadi
 
 
 def test_kill_9_under_load_loses_no_completed_request(tenants: KeysServer) -> None:
-    secret = tenants.cli("keys", "create", "--name", "load", "--rpm", "none")
+    secret = tenants.new_key("load", rpm=None)
     seen: list[tuple[str, int, int]] = []
     stop = threading.Event()
     workers = [
