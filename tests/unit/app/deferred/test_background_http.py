@@ -275,7 +275,9 @@ async def test_a_dead_replicas_run_is_answered_once(database: AsyncEngine, tmp_p
         runner.store.clock = lambda: clock() + 61
         done = await finished(http, secret, queued["id"])
         assert done["status"] == "completed"
-        assert not await runner.store.answer(job.id, 0, "dead-replica", late.result, True, late.record)
+        assert not await runner.store.answer(
+            job.id, 0, "dead-replica", late.result, True, late.record
+        )
         assert len(await usage_of(database, queued["id"])) == 1
 
 
@@ -387,7 +389,9 @@ async def test_bad_input_is_a_400_in_the_responses_shape(
             assert response.status_code == 400, response.text
             assert response.json()["error"]["param"] == "starting_after"
         done = await http.post(f"{URL}/{rid}/cancel", headers=bearer(secret))
-        assert done.status_code == 400 and done.json()["error"]["code"] == "response_not_cancellable"
+        assert (
+            done.status_code == 400 and done.json()["error"]["code"] == "response_not_cancellable"
+        )
         unknown = await http.post(f"{URL}/resp_nope/cancel", headers=bearer(secret))
         assert unknown.status_code == 404
         not_allowed = await http.post(URL, json=ask(model="other"), headers=bearer(secret))
