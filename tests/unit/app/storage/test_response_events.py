@@ -12,7 +12,7 @@ from app.deferred.store import DeferredStore, Job
 from app.storage.database import TenantDatabase
 from app.storage.response_events import EventStore, StoredEvent
 from app.storage.responses import DAY_S
-from tests.unit.app.storage.test_responses import A, NOW, statements, store_on, stored
+from tests.unit.app.storage.test_responses import NOW, A, statements, store_on, stored
 
 
 def events_on(database: AsyncEngine) -> EventStore:
