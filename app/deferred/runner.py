@@ -223,8 +223,10 @@ class DeferredRunner:
                 for line in lines:
                     self._start(job, line)
                 started += len(lines)
+            # Nothing started: every planned job is exhausted now, so the next plan
+            # holds other jobs (of this kind, or of the next kind down) or none.
             if started == 0:
-                return
+                continue
             room = self._room()
 
     def precedence(self, job: Job) -> int:

@@ -6,6 +6,7 @@ ahead of batch lines; bad input answered in the Responses error shape."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -396,3 +397,56 @@ async def test_bad_input_is_a_400_in_the_responses_shape(
         assert unknown.status_code == 404
         not_allowed = await http.post(URL, json=ask(model="other"), headers=bearer(secret))
         assert not_allowed.status_code == 404
+
+
+async def test_events_are_written_in_batches_within_the_byte_bound(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    from tests.unit.app.storage.test_responses import statements
+
+    engine = ScriptedEngine(tokens=["z"] * 300)
+    async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
+        _, secret = await new_key(tenancy)
+        queued = await queue(http, secret, max_output_tokens=300)
+        with statements(database) as seen:
+            done = await finished(http, secret, queued["id"])
+        assert done["status"] == "completed"
+        count = await EventStore(provided(http.app, "tenant_data")).count(queued["id"])
+        inserts = [s for s in seen if s.lstrip().upper().startswith("INSERT INTO RESPONSE_EVENTS")]
+        assert count > 300 and 1 <= len(inserts) <= count // 50
+
+        store = provided(http.app, "response_store")
+        store.limits = dataclasses.replace(store.limits, max_stored_bytes=8_000)
+        big = await queue(http, secret, max_output_tokens=300)
+        failed = await finished(http, secret, big["id"])
+        assert failed["status"] == "failed"
+        assert failed["error"]["code"] == "stored_response_too_large"
+        replay = events_of(await http.get(f"{URL}/{big['id']}?stream=true", headers=bearer(secret)))
+        assert [e["type"] for e in replay[-2:]] == ["error", "response.failed"]
+        assert sum(len(json.dumps(e)) for e in replay[:-2]) <= 8_000
+        assert not engine.running
+
+
+async def test_an_interactive_request_cuts_a_batch_line_before_a_background_response(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    engine = ScriptedEngine(tokens=["x"] * 200, token_delay_s=0.01)
+    async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
+        runner = runner_of(http)
+        key_id, secret = await new_key(tenancy)
+        queued = await queue(http, secret, max_output_tokens=200)
+        await runner.step()  # the response starts first
+        admission = provided(http.app, "admission")
+        while admission.deferred_running() < 1:
+            await asyncio.sleep(0.01)
+        await create(http, secret, await upload(http, key_id, [chat_line("b", max_tokens=200)]))
+        runner.wake()
+        await runner.step()
+        kinds = sorted(r.job.kind for r in runner.running.values())
+        assert kinds == ["batch", "response"], kinds
+        runner.make_room()  # the batch line started last, but it goes first
+        await asyncio.sleep(0.05)
+        assert [r.job.kind for r in runner.running.values()] == ["response"]
+        done = await finished(http, secret, queued["id"])
+        assert done["status"] == "completed"
+        await runner.cut_all()
