@@ -52,6 +52,7 @@ RUNNABLE = ("queued", "in_progress")
 MAX_ATTEMPTS = 3  # an engine failure (not a bad request) is retried this many times
 _encoder = msgspec.json.Encoder()
 _response = msgspec.json.Decoder(Response)
+_CANCELLED = '{"status": "cancelled"}'
 
 
 class BackgroundResponses:
@@ -70,7 +71,9 @@ class BackgroundResponses:
         events: EventStore,
         hub: EventHub,
         keys: KeyStore | None,
+        replica: str = "",
     ) -> None:
+        self.replica = replica
         self.store = store
         self.responses = responses
         self.response_store = response_store
@@ -92,7 +95,7 @@ class BackgroundResponses:
         current = await self.store.get(job.id)
         if current is None or current.state not in RUNNABLE:  # cancelled before it ran
             await self.set_cancelled(job)
-            return Answer('{"status": "cancelled"}', False, None)
+            return Answer(_CANCELLED, False, None)
         flag = self.cancels.setdefault(job.id, asyncio.Event())
         recorder = EventRecorder(
             self.events, self.hub, job.id, self.response_store.limits.max_stored_bytes
@@ -106,9 +109,17 @@ class BackgroundResponses:
             self.cancels.pop(job.id, None)
 
     async def tend(self, job: Job, counts: LineCounts) -> None:
-        if job.state == "cancelling" and await self.store.close_pending(job.id, CANCELLED):
-            await self.set_cancelled(job)
-            counts = (await self.store.counts([job.id]))[job.id]
+        if job.state == "cancelling" and counts.unfinished:
+            closed = await self.store.close_pending(job.id, CANCELLED)
+            # Running on a replica that died before it saw the cancel: its lease ran out,
+            # so the line is this replica's to answer, cancelled (what it ran is lost
+            # with that replica, and not billed).
+            for line in [] if closed else await self.store.claim(job.id, self.replica, 1, 60.0):
+                await self.store.answer(job.id, line.seq, self.replica, _CANCELLED, False, None)
+                closed += 1
+            if closed:
+                await self.set_cancelled(job)
+                counts = (await self.store.counts([job.id]))[job.id]
         if counts.unfinished == 0:
             await self.store.move(job.id, self.active_states, "done")
 

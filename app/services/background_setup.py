@@ -26,6 +26,8 @@ def build_background(
     events = EventStore(database)
     hub = EventHub()
     responses = services["responses"]
-    handler = BackgroundResponses(runner.store, responses, response_store, events, hub, keys)
+    handler = BackgroundResponses(
+        runner.store, responses, response_store, events, hub, keys, runner.replica
+    )
     runner.handlers[handler.kind] = handler
     return BackgroundService(runner.store, responses, response_store, events, hub, handler, runner)

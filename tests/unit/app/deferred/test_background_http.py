@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import DeferredRunner
+from app.services import background_service
 from app.storage.response_events import EventStore
 from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
@@ -450,3 +452,21 @@ async def test_an_interactive_request_cuts_a_batch_line_before_a_background_resp
         done = await finished(http, secret, queued["id"])
         assert done["status"] == "completed"
         await runner.cut_all()
+
+
+async def test_a_cancel_of_a_response_a_dead_replica_ran_ends_it(
+    database: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(background_service, "CANCEL_WAIT_S", 0.2)
+    async with keyed_app(database, tmp_path / "spool.jsonl") as (http, tenancy):
+        _, secret = await new_key(tenancy)
+        runner = runner_of(http)
+        queued = await queue(http, secret)
+        await runner.store.claim(queued["id"], "dead-replica", 1, 60)  # and never answers
+        cancel = await http.post(f"{URL}/{queued['id']}/cancel", headers=bearer(secret))
+        assert cancel.status_code == 200  # answered as it is: that replica may be alive
+        clock = runner.store.clock
+        runner.store.clock = lambda: clock() + 61  # it was not: its lease ran out
+        done = await finished(http, secret, queued["id"])
+        assert done["status"] == "cancelled" and done["output"] == []
+        assert await usage_of(database, queued["id"]) == []
