@@ -470,3 +470,15 @@ async def test_a_cancel_of_a_response_a_dead_replica_ran_ends_it(
         done = await finished(http, secret, queued["id"])
         assert done["status"] == "cancelled" and done["output"] == []
         assert await usage_of(database, queued["id"]) == []
+
+
+async def test_queueing_takes_one_of_the_keys_requests(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    async with keyed_app(database, tmp_path / "spool.jsonl") as (http, tenancy):
+        _, secret = await new_key(tenancy, rpm=1)
+        await queue(http, secret)
+        refused = await http.post(URL, json=ask(), headers=bearer(secret))
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        assert "retry-after" in refused.headers
