@@ -247,11 +247,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     resume_after: Annotated[
         float, Flag("seconds of owner quiet before serving again", **_ADMISSION)
     ] = _POLICY.resume_after_s
-    max_concurrent: Annotated[int, Flag("requests running at once", **_ADMISSION)] = (
-        _POLICY.max_concurrent
-    )
+    max_concurrent: Annotated[
+        int, Flag("requests running at once, on each model's engine", **_ADMISSION)
+    ] = _POLICY.max_concurrent
     throttled_concurrent: Annotated[
-        int, Flag("the same while the owner is lightly active", **_ADMISSION)
+        int,
+        Flag("the same while the owner is lightly active (all models together)", **_ADMISSION),
     ] = _POLICY.throttled_concurrent
     max_queued: Annotated[
         int,
@@ -274,7 +275,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     kv_budget_tokens: Annotated[
         int,
         Flag(
-            "KV tokens admitted requests may claim; `0` the engine's capacity, `-1` no limit",
+            "KV tokens admitted requests may claim on each model's engine; `0` that engine's "
+            "capacity, `-1` no limit",
             **_ADMISSION,
         ),
     ] = _POLICY.kv_budget_tokens

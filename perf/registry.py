@@ -26,6 +26,7 @@ SCENARIOS: dict[str, str] = {
     "scripted-app": "perf.harness.scripted_app",
     "soak": "perf.soak.run",
     "structured": "perf.scenarios.structured_bench",
+    "two-model-burst": "perf.scenarios.two_model_burst",
     "warm": "perf.scenarios.warm",
     "warm-alternating": "perf.scenarios.warm_alternating",
 }

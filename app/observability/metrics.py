@@ -67,6 +67,7 @@ class AdmissionCollector(Collector):
             "Requests waiting for admission",
             float(len(admission.queue.waiting)),
         )
+        yield from _model_gauges(admission)
         yield _gauge(
             "lilac_admission_engine_paused",
             "1 while the engine is paused (yielded)",
@@ -107,6 +108,37 @@ class AdmissionCollector(Collector):
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
+
+
+# Each model's admission, labelled `model_name` as vLLM labels its `vllm:` series.
+_MODEL_GAUGES = (
+    ("lilac_admission_model_queue_depth", "Requests waiting for admission to a model", "queued"),
+    ("lilac_admission_model_running", "Requests admitted and running on a model", "running"),
+    (
+        "lilac_admission_model_kv_budget_tokens",
+        "A model's KV budget in tokens (its engine's KV cache; 0 or less: unbounded)",
+        "kv_budget_tokens",
+    ),
+    (
+        "lilac_admission_model_kv_tokens_in_use",
+        "KV tokens the requests admitted on a model may take",
+        "kv_tokens_in_use",
+    ),
+    (
+        "lilac_admission_model_concurrency_cap",
+        "Running requests a model admits in the current state",
+        "concurrency_cap",
+    ),
+)
+
+
+def _model_gauges(admission: AdmissionController) -> Iterator[Metric]:
+    loads = admission.model_loads()
+    for name, documentation, field in _MODEL_GAUGES:
+        gauge = GaugeMetricFamily(name, documentation, labels=["model_name"])
+        for load in loads:
+            gauge.add_metric([load.model], float(getattr(load, field)))
+        yield gauge
 
 
 class UsageWriterCollector(Collector):

@@ -11,12 +11,24 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
-from engine.admission.queue import Ticket
+from engine.admission.queue import Ticket, estimate_tokens
 from engine.errors import Drained
-from engine.protocol import GenerateOutput, GenerateRequest, Generator
+from engine.protocol import GenerateOutput, GenerateRequest, Generator, ModelInfo
 
 if TYPE_CHECKING:
     from engine.admission.runtime import AdmissionController
+
+
+def ticket_for(ticket_id: int, request: GenerateRequest, model: ModelInfo) -> Ticket:
+    """The queue's ticket for one engine request on `model` (its arrival and deadline
+    are set when it is offered): the KV tokens it may take, of them its prompt."""
+    sampling = request.sampling
+    token_ids = len(request.prompt_token_ids or ())
+    messages, prompt, context = request.messages, request.prompt, model.max_model_len
+    tokens = estimate_tokens(messages, prompt, sampling.max_tokens, context, sampling.n, token_ids)
+    prompt_tokens = estimate_tokens(messages, prompt, 0, context, prompt_token_ids=token_ids)
+    client = request.client or "anonymous"
+    return Ticket(ticket_id, client, request.priority, tokens, 0.0, 0.0, prompt_tokens, model.name)
 
 
 class Lease:
@@ -53,9 +65,13 @@ async def admitted(
     admission: AdmissionController, generator: Generator, request: GenerateRequest
 ) -> AsyncGenerator[GenerateOutput, None]:
     """`generator`'s stream for `request`, inside an admission lease held exactly as
-    long as the stream runs. Errors come before the first output, as from the engine;
-    closing this iterator closes (and so aborts) the engine's stream at once."""
-    async with admission.lease(request) as lease:
+    long as the stream runs, against the budget of the generator's model (an engine's
+    or a warm model's `model`; the host's own model for a generator without one).
+    Errors come before the first output, as from the engine; closing this iterator
+    closes (and so aborts) the engine's stream at once."""
+    model = getattr(generator, "model", None)
+    info = model if isinstance(model, ModelInfo) else None
+    async with admission.lease(request, info) as lease:
         async with aclosing(generator.generate(request)) as outputs:
             async for output in outputs:
                 lease.check()

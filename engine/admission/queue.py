@@ -1,13 +1,20 @@
 """Who runs next: a bounded queue with deadlines, priority, per-client fairness and a
-token budget (pure: no clocks, no tasks; the runtime and the simulation drive it).
+token budget per model (pure: no clocks, no tasks; the runtime and the simulation
+drive it).
+
+One queue holds every model's waiting tickets, and the order is across them; the
+running side is counted per model (`ModelLoad`): each engine has its own concurrency
+cap and KV budget, and a ticket is admitted against its own model's only. A model
+whose best ticket does not fit waits, and the others go on: a burst for one model
+never holds back a request for another that has room.
 
 Order: lower `priority` first (as in vLLM: lower means sooner), then the client with
 the fewest requests running (so one busy client cannot starve the others), then the
 one with the fewest queued (a flood waits behind a client's single request), then
-arrival. A request runs only if it fits both the concurrency cap and the KV token
-budget; the head of the queue is never skipped, so a large request cannot be
-starved by a stream of small ones. A request larger than the whole budget could never
-run: it is refused at once (`NeverFits`), never queued.
+arrival. A request runs only if it fits both its model's concurrency cap and KV token
+budget; a model's best ticket is never skipped for another of the same model, so a
+large request cannot be starved by a stream of small ones. A request larger than its
+model's whole budget could never run: it is refused at once (`NeverFits`), never queued.
 
 A ticket is one engine request (one prompt with its `n` choices): a completion of 64
 prompts is 64 tickets, and counts as 64 everywhere a client's share is counted.
@@ -20,8 +27,8 @@ Nobody can lock the others out:
   `max_queued / clients waiting`); the held-back part takes only clients holding less
   than their part of it (`reserved / clients waiting`), so a client with nothing queued
   always finds room, even for a request of many prompts.
-- The running side holds back an eighth of the concurrency cap and of the KV budget
-  for clients with nothing running: a client already running something cannot take
+- The running side holds back an eighth of each model's concurrency cap and KV budget
+  for clients with nothing running on that model: a client already running something cannot take
   the last of either, so the next client's first request starts at once instead of
   waiting for a flood to finish. And a client's admitted prompts whose first output
   has not come yet are bounded (`prefill_budget`): the engine prefills in arrival
@@ -32,7 +39,7 @@ Nobody can lock the others out:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.admission.policy import Policy
@@ -58,6 +65,19 @@ class Ticket:
     arrived: float
     deadline: float  # when waiting in the queue gives up
     prompt_tokens: int = 0  # of `tokens`, the prompt: prefill work until its first output
+    model: str = ""  # the served model (its engine) whose budget it runs against
+
+
+@dataclass(slots=True)
+class ModelLoad:
+    """One model's engine: its limits (None: the queue's defaults) and what runs on it."""
+
+    kv_budget: int | None = None  # KV tokens; 0 or less: unbounded
+    prefill_budget: int | None = None
+    running: int = 0
+    tokens_in_use: int = 0
+    waiting: int = 0
+    by_client: Counter[str] = field(default_factory=Counter)  # running, per client
 
 
 def estimate_tokens(
@@ -86,33 +106,64 @@ def estimate_tokens(
 class AdmissionQueue:
     def __init__(self, policy: Policy, kv_budget_tokens: int = 0) -> None:
         self.policy = policy
+        # The defaults of a model without its own (`set_model`).
         self.kv_budget = kv_budget_tokens
+        # Prompt tokens a client has admitted on a model whose first output has not come
+        # yet: the engine prefills them first come, so a client may keep at most
+        # `prefill_budget` of them in flight per model (0: no bound) and cannot queue a
+        # wall of prefills in the engine ahead of the next client's request.
+        self.prefill_budget = 0
         self.running: dict[int, Ticket] = {}
         self.waiting: list[Ticket] = []
-        self.tokens_in_use = 0
-        # Prompt tokens a client has admitted whose first output has not come yet: the
-        # engine prefills them first come, so a client may keep at most `prefill_budget`
-        # of them in flight (0: no bound) and cannot queue a wall of prefills in the
-        # engine ahead of the next client's request.
-        self.prefill_budget = 0
+        self.models: dict[str, ModelLoad] = {}
         self._prefilling: dict[int, Ticket] = {}
-        self._prefill_by_client: Counter[str] = Counter()
+        self._prefill_by_client: Counter[tuple[str, str]] = Counter()
         self._running_by_client: Counter[str] = Counter()
         self._waiting_by_client: Counter[str] = Counter()
 
-    def offer(self, ticket: Ticket, cap: int) -> bool:
+    def set_model(self, model: str, kv_budget: int, prefill_budget: int = 0) -> None:
+        """Give `model`'s engine its own KV budget (0: unbounded) and prefill bound."""
+        load = self.load(model)
+        load.kv_budget, load.prefill_budget = kv_budget, prefill_budget
+
+    def load(self, model: str) -> ModelLoad:
+        load = self.models.get(model)
+        if load is None:
+            load = self.models[model] = ModelLoad()
+        return load
+
+    def budget_of(self, model: str) -> int:
+        """`model`'s KV budget in tokens (0 or less: unbounded)."""
+        load = self.models.get(model)
+        return self.kv_budget if load is None or load.kv_budget is None else load.kv_budget
+
+    def _prefill_budget_of(self, model: str) -> int:
+        load = self.models.get(model)
+        budget = None if load is None else load.prefill_budget
+        return self.prefill_budget if budget is None else budget
+
+    @property
+    def tokens_in_use(self) -> int:
+        return sum(load.tokens_in_use for load in self.models.values())
+
+    def offer(self, ticket: Ticket, cap: int, total_cap: int = 0) -> bool:
         """Admit `ticket` now (True), queue it (False), or raise AdmissionRejected.
+        `cap` bounds each model's running tickets, `total_cap` (0: none) all of them.
         The caller rejects outright when the state admits nothing. A queued ticket may
         be admissible at once (it ranks ahead of the others and fits the capacity held
         back for it): the caller runs `admit_ready` next."""
-        if 0 < self.kv_budget < ticket.tokens:
-            raise NeverFits(ticket.tokens, self.kv_budget)
-        if not self.waiting and self._fits(ticket, cap):
+        budget = self.budget_of(ticket.model)
+        if 0 < budget < ticket.tokens:
+            raise NeverFits(ticket.tokens, budget)
+        load = self.load(ticket.model)
+        # Another model's waiting tickets wait for their own engine's room, not this one.
+        if not load.waiting and self._fits(ticket, cap, total_cap):
             self._start(ticket)
             return True
         self._check_room(ticket.client)
         self.waiting.append(ticket)
         self._waiting_by_client[ticket.client] += 1
+        load.waiting += 1
         return False
 
     def prefilled(self, ticket_id: int) -> None:
@@ -120,36 +171,45 @@ class AdmissionQueue:
         ticket = self._prefilling.pop(ticket_id, None)
         if ticket is None:
             return
-        self._prefill_by_client[ticket.client] -= ticket.prompt_tokens
-        if self._prefill_by_client[ticket.client] <= 0:
-            del self._prefill_by_client[ticket.client]
+        key = (ticket.client, ticket.model)
+        self._prefill_by_client[key] -= ticket.prompt_tokens
+        if self._prefill_by_client[key] <= 0:
+            del self._prefill_by_client[key]
 
     def release(self, ticket_id: int) -> None:
         self.prefilled(ticket_id)
         ticket = self.running.pop(ticket_id, None)
         if ticket is None:
             return
-        self.tokens_in_use -= ticket.tokens
-        self._running_by_client[ticket.client] -= 1
-        if self._running_by_client[ticket.client] <= 0:
-            del self._running_by_client[ticket.client]
+        load = self.load(ticket.model)
+        load.running -= 1
+        load.tokens_in_use -= ticket.tokens
+        _decrement(load.by_client, ticket.client)
+        _decrement(self._running_by_client, ticket.client)
 
-    def admit_ready(self, cap: int) -> list[Ticket]:
+    def admit_ready(self, cap: int, total_cap: int = 0) -> list[Ticket]:
         """Move queued tickets to running, best first, while the next one fits. A client
-        waiting on its own prefills steps aside for the others; the best of the rest is
-        never skipped for lack of room."""
+        waiting on its own prefills on a model steps aside for the others; a model whose
+        best ticket lacks room stops there (its best is never skipped) while the other
+        models go on; a full `total_cap` stops all."""
         started = []
-        held: set[str] = set()  # clients whose admitted prompts have not begun yet
+        held: set[tuple[str, str]] = set()  # (client, model): admitted prompts not begun
+        full: set[str] = set()  # models whose best ticket does not fit
         while True:
-            candidates = [t for t in self.waiting if t.client not in held]
+            candidates = [
+                t for t in self.waiting if t.model not in full and (t.client, t.model) not in held
+            ]
             if not candidates:
                 break
             best = min(candidates, key=self._rank)
             if self._prefill_full(best):
-                held.add(best.client)
+                held.add((best.client, best.model))
                 continue
-            if not self._fits(best, cap):
+            if 0 < total_cap <= len(self.running):
                 break
+            if not self._fits(best, cap, total_cap):
+                full.add(best.model)
+                continue
             self._unqueue(best)
             self._start(best)
             started.append(best)
@@ -173,13 +233,15 @@ class AdmissionQueue:
     def queued_by(self, client: str) -> int:
         return self._waiting_by_client[client]
 
-    def prefill_pending(self, client: str) -> int:
-        """Prompt tokens `client` has admitted whose first output has not come."""
-        return self._prefill_by_client[client]
+    def prefill_pending(self, client: str, model: str = "") -> int:
+        """Prompt tokens `client` has admitted on `model` whose first output has not come."""
+        return self._prefill_by_client[(client, model)]
 
     def clear_waiting(self) -> list[Ticket]:
         dropped, self.waiting = self.waiting, []
         self._waiting_by_client.clear()
+        for load in self.models.values():
+            load.waiting = 0
         return dropped
 
     def _check_room(self, client: str) -> None:
@@ -218,38 +280,49 @@ class AdmissionQueue:
         running, queued = self._running_by_client[client], self._waiting_by_client[client]
         return (ticket.priority, running, queued, ticket.arrived, ticket.id)
 
-    def _fits(self, ticket: Ticket, cap: int) -> bool:
-        """Whether `ticket` can run now. A client already running something leaves the
-        last eighth of the cap and of the KV budget to clients that run nothing, and
-        waits while its admitted prompts not yet begun would exceed `prefill_budget`."""
-        busy = self._running_by_client[ticket.client] > 0
-        if len(self.running) >= (cap - cap // RUNNING_RESERVE_DIVISOR if busy else cap):
+    def _fits(self, ticket: Ticket, cap: int, total_cap: int = 0) -> bool:
+        """Whether `ticket` can run now on its model. A client already running something
+        there leaves the last eighth of the model's cap and KV budget to clients that
+        run nothing there, and waits while its admitted prompts not yet begun would
+        exceed the model's prefill budget. `total_cap` (0: none) bounds every model's."""
+        load = self.load(ticket.model)
+        busy = load.by_client[ticket.client] > 0
+        if load.running >= (cap - cap // RUNNING_RESERVE_DIVISOR if busy else cap):
+            return False
+        if 0 < total_cap <= len(self.running):
             return False
         if self._prefill_full(ticket):
             return False
-        budget = self.kv_budget
+        budget = self.budget_of(ticket.model)
         if budget <= 0:
             return True
         if busy:
             budget -= budget // RUNNING_RESERVE_DIVISOR
-        return self.tokens_in_use + ticket.tokens <= budget
+        return load.tokens_in_use + ticket.tokens <= budget
 
     def _prefill_full(self, ticket: Ticket) -> bool:
-        pending = self._prefill_by_client[ticket.client]
-        return bool(self.prefill_budget and pending) and (
-            pending + ticket.prompt_tokens > self.prefill_budget
-        )
+        pending = self._prefill_by_client[(ticket.client, ticket.model)]
+        budget = self._prefill_budget_of(ticket.model)
+        return bool(budget and pending) and pending + ticket.prompt_tokens > budget
 
     def _start(self, ticket: Ticket) -> None:
         self.running[ticket.id] = ticket
         if ticket.prompt_tokens:
             self._prefilling[ticket.id] = ticket
-            self._prefill_by_client[ticket.client] += ticket.prompt_tokens
-        self.tokens_in_use += ticket.tokens
+            self._prefill_by_client[(ticket.client, ticket.model)] += ticket.prompt_tokens
+        load = self.load(ticket.model)
+        load.running += 1
+        load.tokens_in_use += ticket.tokens
+        load.by_client[ticket.client] += 1
         self._running_by_client[ticket.client] += 1
 
     def _unqueue(self, ticket: Ticket) -> None:
         self.waiting.remove(ticket)
-        self._waiting_by_client[ticket.client] -= 1
-        if self._waiting_by_client[ticket.client] <= 0:
-            del self._waiting_by_client[ticket.client]
+        self.load(ticket.model).waiting -= 1
+        _decrement(self._waiting_by_client, ticket.client)
+
+
+def _decrement(counts: Counter[str], key: str) -> None:
+    counts[key] -= 1
+    if counts[key] <= 0:
+        del counts[key]

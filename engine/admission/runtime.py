@@ -1,6 +1,11 @@
 """The admission controller at run time: samples the probe, drives the state machine,
 pauses and resumes the engine, and gates every generation.
 
+The state (the owner's GPU) is the box's: a drain or a yield stops every model. The
+running side is each model's: a request is admitted against its own engine's
+concurrency cap and KV budget (taken from that engine's KV cache), in one fair queue
+across the models (`engine.admission.queue`).
+
 Each generation holds a lease (`AdmissionController.lease`, used by
 `engine.admission.lease.admitted`): entering waits for admission or raises
 `AdmissionRejected`; a drain whose grace period runs out revokes the lease, and the
@@ -18,8 +23,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
-from engine.admission import refusals
-from engine.admission.lease import Lease
+from engine.admission import deferred, refusals, report
+from engine.admission.deferred import DEFERRED_PREFIX as DEFERRED_PREFIX
+from engine.admission.lease import Lease, ticket_for
 from engine.admission.policy import (
     ADMITTING,
     Owner,
@@ -30,7 +36,7 @@ from engine.admission.policy import (
     classify,
 )
 from engine.admission.probes import GpuSample, Probe
-from engine.admission.queue import AdmissionQueue, Ticket, estimate_tokens
+from engine.admission.queue import AdmissionQueue, Ticket
 from engine.checks import require_ready
 from engine.errors import AdmissionRejected, Drained
 from engine.protocol import GenerateRequest, ModelHost, ModelInfo
@@ -39,11 +45,6 @@ log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
 PREFILL_CONTEXTS = 1  # a client's admitted prompts not yet begun: at most this many contexts
-# Clients whose names start so are deferred work (batch lines): the lowest lane. Such a
-# ticket starts at once or not at all (it never waits in the queue, so no interactive
-# request ever waits behind one), and it may not take the last of the capacity.
-DEFERRED_PREFIX = "deferred:"
-DEFERRED_HEADROOM_DIVISOR = 8  # an eighth of the cap and of the KV budget stays interactive
 
 
 class AdmittedHost(ModelHost, Protocol):
@@ -70,7 +71,7 @@ class AdmissionController:
         self._wall_clock = wall_clock
         self.machine = StateMachine(policy, clock())
         self.queue = AdmissionQueue(policy)
-        self._budget_set = False
+        self._budgets_set: set[str] = set()  # models whose engine gave its KV budget
         self._leases: dict[int, Lease] = {}
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._ids = itertools.count(1)
@@ -103,30 +104,24 @@ class AdmissionController:
     def admitting(self) -> bool:
         return self.machine.state in ADMITTING
 
-    def interactive_waiting(self) -> bool:
+    # The deferred lane's questions (app.deferred's Capacity), per model or the box's.
+
+    def interactive_waiting(self, model: str | None = None) -> bool:
         """Whether an interactive request waits in the queue (deferred work never does)."""
-        return any(not t.client.startswith(DEFERRED_PREFIX) for t in self.queue.waiting)
+        return deferred.interactive_waiting(self.queue, model)
 
     def interactive_running(self) -> int:
-        """Interactive generations admitted and running now."""
-        return sum(not t.client.startswith(DEFERRED_PREFIX) for t in self.queue.running.values())
+        return deferred.interactive_running(self.queue)
 
     def deferred_running(self) -> int:
-        """Deferred generations admitted and running now."""
-        return sum(t.client.startswith(DEFERRED_PREFIX) for t in self.queue.running.values())
+        return deferred.deferred_running(self.queue)
 
-    def deferred_room(self) -> int:
-        """How many deferred generations may start now: none unless admitting with the
-        engine running and no request waiting; then the free part of the cap and of the
-        KV budget, less the headroom kept for interactive requests."""
-        if not self.admitting() or self.engine_paused or self.queue.waiting:
+    def deferred_room(self, model: str | None = None) -> int:
+        """How many deferred generations may start now (on `model`, or the most any
+        model may take): none unless admitting with the engines running."""
+        if not self.admitting() or self.engine_paused:
             return 0
-        cap = self._cap()
-        room = cap - cap // DEFERRED_HEADROOM_DIVISOR - len(self.queue.running)
-        budget = self.queue.kv_budget
-        if budget > 0 and self.queue.tokens_in_use >= budget - budget // DEFERRED_HEADROOM_DIVISOR:
-            return 0
-        return max(0, room)
+        return deferred.deferred_room(self.queue, self._cap(), self._total_cap(), model)
 
     def retry_after_s(self) -> float:
         return max(1.0, self.machine.retry_after_s(self._clock()))
@@ -259,70 +254,61 @@ class AdmissionController:
     # ------------------------------------------------------------ admission
 
     def _cap(self) -> int:
+        """Each model's cap on running requests in the current state."""
         return 0 if self.engine_paused else self.policy.cap(self.machine.state)
 
+    def _total_cap(self) -> int:
+        """The cap on every model's running requests together (0: none): while the owner
+        is lightly active the throttled cap is the GPU's, whatever model runs."""
+        return self._cap() if self.machine.state is State.THROTTLED else 0
+
     @asynccontextmanager
-    async def lease(self, request: GenerateRequest) -> AsyncIterator[Lease]:
-        """Admission around one generation: on entry the engine must be ready and the
-        request admitted (now, or after a wait in the queue), else this raises
+    async def lease(
+        self, request: GenerateRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[Lease]:
+        """Admission around one generation on `model`'s engine (None: the host's own
+        model): on entry the engine must be ready and the request admitted against that
+        model's budget (now, or after a wait in the queue), else this raises
         `EngineUnavailable` or `AdmissionRejected`; on exit the slot is given back. The
         holder calls `Lease.check` after each output to end a revoked generation."""
         require_ready(self._engine)
-        model = self._engine.model
+        model = model or self._engine.model
         self._use_model(model)
-        sampling = request.sampling
-        tokens = estimate_tokens(
-            request.messages,
-            request.prompt,
-            sampling.max_tokens,
-            model.max_model_len,
-            sampling.n,
-            len(request.prompt_token_ids or ()),
-        )
-        prompt_tokens = estimate_tokens(
-            request.messages,
-            request.prompt,
-            0,
-            model.max_model_len,
-            prompt_token_ids=len(request.prompt_token_ids or ()),
-        )
-        client = request.client or "anonymous"
-        lease = await self._acquire(
-            client, request.priority, tokens, request.request_id, prompt_tokens
-        )
+        ticket = ticket_for(next(self._ids), request, model)
+        lease = await self._acquire(ticket, request.request_id)
         try:
             yield lease
         finally:
             self._release(lease)
 
     def _use_model(self, model: ModelInfo) -> None:
-        """Take the KV budget from the engine once it knows its capacity."""
-        if self._budget_set:
+        """Take a model's KV budget from its engine once, when it first runs a request."""
+        if model.name in self._budgets_set:
             return
         configured = self.policy.kv_budget_tokens
-        self.queue.kv_budget = configured if configured else model.kv_cache_tokens
         # A context of prompts not yet begun per client: with chunked prefill, one or
         # a few engine steps' worth of prefill (a step's budget is 2,048 tokens on CPU).
-        self.queue.prefill_budget = PREFILL_CONTEXTS * model.max_model_len
-        self._budget_set = True
+        self.queue.set_model(
+            model.name,
+            configured if configured else model.kv_cache_tokens,
+            PREFILL_CONTEXTS * model.max_model_len,
+        )
+        self._budgets_set.add(model.name)
 
-    async def _acquire(
-        self, client: str, priority: int, tokens: int, request_id: str, prompt_tokens: int = 0
-    ) -> Lease:
-        """Admit a request now, after a wait in the queue, or raise AdmissionRejected."""
+    async def _acquire(self, ticket: Ticket, request_id: str) -> Lease:
+        """Admit a ticket now, after a wait in the queue, or raise AdmissionRejected."""
         now = self._clock()
         self.counters["offered"] += 1
         if not self.admitting():
             self._count_rejection("draining" if self.state is State.DRAINING else "yielded")
             raise self._not_admitting(now)
-        ticket = Ticket(next(self._ids), client, priority, tokens, now, now, prompt_tokens)
-        ticket.deadline = now + self.policy.queue_timeout_s
+        ticket.arrived, ticket.deadline = now, now + self.policy.queue_timeout_s
         try:
-            started = self.queue.offer(ticket, self._cap())
+            started = self.queue.offer(ticket, self._cap(), self._total_cap())
         except AdmissionRejected as exc:
             self._count_rejection(exc.code)
             raise
-        if not started and client.startswith(DEFERRED_PREFIX):
+        if not started and deferred.is_deferred(ticket.client):
             self.queue.withdraw(ticket.id)  # deferred work never queues
             self._count_rejection("deferred_no_room")
             raise refusals.no_room_for_deferred()
@@ -379,7 +365,7 @@ class AdmissionController:
         self._grant()
 
     def _grant(self) -> None:
-        for ticket in self.queue.admit_ready(self._cap()):
+        for ticket in self.queue.admit_ready(self._cap(), self._total_cap()):
             waiter = self._waiters.get(ticket.id)
             if waiter is None or waiter.done():
                 self.queue.release(ticket.id)  # its client gave up meanwhile
@@ -408,29 +394,8 @@ class AdmissionController:
     # ------------------------------------------------------------ reporting
 
     def snapshot(self) -> dict[str, Any]:
-        now = self._clock()
-        sample = self.last_sample
-        return {
-            "state": str(self.machine.state),
-            "reason": self.machine.reason,
-            "state_for_s": round(now - self.machine.since, 3),
-            "owner": Owner(self.machine.owner).name.lower(),
-            "window_open": self.machine.window_open,
-            "operator_drain": self.machine.manual_drain,
-            "stopping": self.machine.stopping,
-            "grace_left_s": round(self.machine.grace_left_s(now), 3),
-            "engine_paused": self.engine_paused,
-            "memory_released": self.memory_released,
-            "gpu": {
-                "foreign_util_pct": sample.foreign_util_pct,
-                "foreign_memory_mib": sample.foreign_memory_mib,
-                "foreign_processes": sample.foreign_processes,
-            },
-            "running": len(self.queue.running),
-            "queued": len(self.queue.waiting),
-            "concurrency_cap": self._cap(),
-            "kv_budget_tokens": self.queue.kv_budget,
-            "kv_tokens_in_use": self.queue.tokens_in_use,
-            "counters": dict(self.counters),
-            "recent": [{"at_s_ago": round(now - t, 3), "event": e} for t, e in self.events][-20:],
-        }
+        return report.snapshot(self, self._clock())
+
+    def model_loads(self) -> list[report.ModelReport]:
+        """Each model's running, queued and KV budget, for `/admin/admission` and metrics."""
+        return report.model_loads(self.queue, self._cap())

@@ -5,7 +5,8 @@ every model). The pause stand-in sleeps and wakes them (vLLM's
 CPU build has no sleep mode). Covered: routing by model, sleep after keep_alive, wake
 on request, one wake for concurrent requests, the LRU rule under a budget that fits one
 model, a wake that fails, a request failing the engine's checks waking nothing, a
-client's wakes limited, and every model yielding to the owner and coming back."""
+client's wakes limited, every model yielding to the owner and coming back, and each
+model admitted against its own engine's cap and KV budget."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.settings import Settings
+from engine.admission.lease import admitted
 from engine.admission.policy import State
 from engine.admission.probes import GpuSample
 from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir
@@ -299,3 +301,45 @@ async def test_a_client_cannot_make_two_models_evict_each_other_in_a_loop(
         assert other.status_code == 200, other.text
     finally:
         pool.wake_budget = WakeBudget(None, pool.clock)
+
+
+async def test_a_request_for_one_model_runs_while_the_others_cap_is_full(
+    pool: ModelPool,
+) -> None:
+    """Each engine has its own cap (here 1) and KV budget (its own KV cache): with the
+    first model's cap taken by a long generation and a request queued for it, a request
+    for the second model is admitted at once and answered."""
+    pool.budget_gib = None
+    for model in pool.models:
+        model.config = WarmConfig()
+        await pool.wake(model)
+    settings = Settings(grace_period=0.0, resume_after=0.0, max_concurrent=1)
+    async with app_client(None, settings, models=pool, probe=StaticProbe(), timeout=120) as http:
+        admission = provided(http.app, "admission")
+        long = GenerateRequest(
+            "permodel-long",
+            SamplingOptions(max_tokens=400, ignore_eos=True),
+            messages=[{"role": "user", "content": "Tell a story."}],
+            client="flood",
+        )
+        async with aclosing(admitted(admission, first(pool), long)) as streaming:
+            await anext(streaming)  # the first model's one slot is taken
+            queued = asyncio.create_task(http.post(URL, json=body(DEFAULT_MODEL_NAME)))
+            loads = admission.queue.models
+            for _ in range(200):
+                if loads[DEFAULT_MODEL_NAME].waiting == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert loads[DEFAULT_MODEL_NAME].waiting == 1
+            answer = await http.post(URL, json=body(SECOND))
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model"] == SECOND
+            assert not queued.done()  # still waiting for the first model's slot
+            assert loads[DEFAULT_MODEL_NAME].running == 1
+            status = admission.snapshot()["models"]
+            kv = {name: status[name]["kv_budget_tokens"] for name in status}
+            assert kv[DEFAULT_MODEL_NAME] == first(pool).model.kv_cache_tokens > 0
+            assert kv[SECOND] == second(pool).model.kv_cache_tokens > 0
+            await anext(streaming)  # the long generation still runs
+        assert (await queued).status_code == 200  # its slot came back when the stream closed
+    assert first(pool).engine.unfinished_requests() == 0

@@ -12,6 +12,7 @@ import pytest
 from engine.admission.lease import admitted
 from engine.admission.policy import Policy, State
 from engine.admission.probes import GpuSample
+from engine.admission.queue import Ticket
 from engine.admission.runtime import AdmissionController
 from engine.errors import AdmissionRejected, Drained
 from engine.protocol import GenerateOutput, GenerateRequest, SamplingOptions
@@ -190,14 +191,15 @@ async def test_a_newcomer_behind_a_flood_starts_at_once() -> None:
 
 
 async def test_prompts_count_as_prefilling_until_their_first_output() -> None:
-    generate, controller, _, _ = make(max_concurrent=8)
+    generate, controller, engine, _ = make(max_concurrent=8)
+    name = engine.model.name
     stream = generate(request("one", tokens=1000))
     started = asyncio.create_task(anext(stream))
     await asyncio.sleep(0)  # admitted, no output yet
-    assert controller.queue.prefill_budget == 2048  # a context of the model
-    assert controller.queue.prefill_pending("c") > 0
+    assert controller.queue.models[name].prefill_budget == 2048  # a context of the model
+    assert controller.queue.prefill_pending("c", name) > 0
     await started
-    assert controller.queue.prefill_pending("c") == 0  # the first output: prefilled
+    assert controller.queue.prefill_pending("c", name) == 0  # the first output: prefilled
     await stream.aclose()
 
 
@@ -205,10 +207,11 @@ async def test_a_request_cancelled_as_it_is_granted_gives_its_slot_back() -> Non
     """A queued request whose slot is granted in the same instant its client leaves
     (a flood cut off at once frees slots for its own queued requests): the cancel
     wins, the slot comes back, nothing runs."""
-    generate, controller, _, _ = make(max_concurrent=1)
+    generate, controller, engine, _ = make(max_concurrent=1)
     first = generate(request("one", tokens=1000))
     await anext(first)
-    queued = asyncio.create_task(controller._acquire("other", 0, 10, "two"))
+    ticket = Ticket(99, "other", 0, 10, 0.0, 0.0, model=engine.model.name)
+    queued = asyncio.create_task(controller._acquire(ticket, "two"))
     await asyncio.sleep(0.01)
     assert len(controller.queue.waiting) == 1
     (lease,) = controller._leases.values()
@@ -318,10 +321,10 @@ async def test_probe_loop_samples_on_its_interval() -> None:
 
 async def test_kv_budget_comes_from_the_engine() -> None:
     """Two requests of ~90 tokens each do not fit a 150-token KV cache together."""
-    generate, controller, _, _ = make(kv_cache_tokens=150)
+    generate, controller, engine, _ = make(kv_cache_tokens=150)
     first = generate(request("one", tokens=80))
     await anext(first)
-    assert controller.queue.kv_budget == 150
+    assert controller.queue.budget_of(engine.model.name) == 150
     second = asyncio.create_task(collect(generate, request("two", tokens=80, client="b")))
     await asyncio.sleep(0.02)
     assert len(controller.queue.waiting) == 1
@@ -330,10 +333,10 @@ async def test_kv_budget_comes_from_the_engine() -> None:
 
 
 async def test_configured_kv_budget_wins_and_minus_one_disables_it() -> None:
-    generate, controller, _, _ = make(kv_cache_tokens=150, kv_budget_tokens=-1)
+    generate, controller, engine, _ = make(kv_cache_tokens=150, kv_budget_tokens=-1)
     first = generate(request("one", tokens=80))
     await anext(first)
-    assert controller.queue.kv_budget == -1
+    assert controller.queue.budget_of(engine.model.name) == -1
     assert await collect(generate, request("two", tokens=80, client="b")) == 80
     await first.aclose()
 
