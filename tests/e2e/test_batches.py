@@ -1,18 +1,15 @@
-"""Batches on a real server (`--auth keys`, the real model, the scripted GPU probe)
-through the official openai client: a batch end to end; an owner reclaim mid-batch that
-pauses it and lending that resumes it; kill -9 mid-batch and a restart, after which
-every line is answered once and billed once; a background response across an owner
-reclaim and a SIGTERM restart, stored once and billed once."""
+"""Batches on a real server (the session's `keys_server`: `--auth keys`, the real model,
+the scripted GPU probe) through the official openai client: a batch end to end; an owner
+reclaim mid-batch that pauses it and lending that resumes it; kill -9 mid-batch and a
+restart, after which every line is answered once and billed once; a background response
+across an owner reclaim and a SIGTERM restart, stored once and billed once."""
 
 from __future__ import annotations
 
 import io
 import json
 import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,34 +18,26 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from perf.harness.servers import Server, start_lilac
+from perf.harness.servers import Server
+from tests.e2e.conftest import ADMIN_KEY, KeysServer
 
-LILAC = str(Path(sys.executable).with_name("lilac-serve"))
-ADMIN_KEY = "batches-admin-key"
-LEASE_S = 5  # a killed replica's lines run again this long after its last renewal
 CHAT = "/v1/chat/completions"
 
 
 class BatchServer:
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.data = workdir / "data"
-        result = subprocess.run(
-            [LILAC, "keys", "create", "--name", "batches", "--data-dir", str(self.data)],
-            capture_output=True, text=True, check=True, timeout=120,
-        )  # fmt: skip
-        self.secret = result.stdout.strip()
-        self.server = self.start()
+    """The session's keys server, and a key of this module's own."""
 
-    def start(self) -> Server:
-        return start_lilac(
-            self.workdir,
-            extra_args=(
-                "--auth", "keys", "--data-dir", str(self.data),
-                "--batch-lease-s", str(LEASE_S), "--replica-id", "e2e",
-            ),
-            extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
-        )  # fmt: skip
+    def __init__(self, keys: KeysServer) -> None:
+        self.keys = keys
+        self.secret = keys.new_key("batches")
+
+    @property
+    def server(self) -> Server:
+        return self.keys.server
+
+    @property
+    def data(self) -> Path:
+        return self.keys.data
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.server.base_url}/v1", api_key=self.secret)
@@ -64,10 +53,8 @@ class BatchServer:
 
 
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchServer]:
-    running = BatchServer(tmp_path_factory.mktemp("batches"))
-    yield running
-    running.server.kill_all()
+def batches(keys_server: KeysServer) -> BatchServer:
+    return BatchServer(keys_server)
 
 
 def upload(client: openai.OpenAI, count: int, max_tokens: int, tag: str) -> str:
@@ -167,11 +154,10 @@ def test_kill_9_mid_batch_then_restart_answers_and_bills_each_line_once(
     file_id = upload(client, count, 24, "kill")
     batch = client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="24h")
     wait_for(client, batch.id, lambda b: b.request_counts.completed >= 2)
-    batches.server.kill_all()
+    batches.keys.kill()
     answered_before = sum(1 for row in batches.batch_usage() if row[1] == batch.id)
     assert answered_before < count, "the batch finished before the kill"
-    batches.server = batches.start()
-    client = batches.client()
+    client = batches.client()  # the keys server starts again, on the same data
     done = wait_for(client, batch.id, final)
     assert done.status == "completed", done
     lines = output_of(client, done)
@@ -250,8 +236,7 @@ def test_a_background_response_across_a_reclaim_and_a_sigterm_restart(
     assert_stored_and_billed_once(batches, client, rid)
 
     rid = running_response(client, 64)
-    batches.server.stop()  # SIGTERM: drains, cuts the running line, exits
+    batches.keys.stop()  # SIGTERM: drains, cuts the running line, exits
     assert background_usage(batches, rid) == []
-    batches.server = batches.start()
-    client = batches.client()
+    client = batches.client()  # the keys server starts again, on the same data
     assert_stored_and_billed_once(batches, client, rid)
