@@ -2,8 +2,10 @@
 
 Each tick it looks after the jobs (expiry, cancellation, finalizing once every line is
 answered) and starts lines while admission has room for deferred work
-(`AdmissionController.deferred_room`): spare slots go round the keys with work in
-turn, then round each key's jobs, so no key and no job starves another. A line is
+(`AdmissionController.deferred_room`): spare slots go first to the kind of highest
+precedence with work waiting (background responses before batch lines), and within it
+round the keys with work in turn, then round each key's jobs, so no key and no job
+starves another. A line is
 claimed under a lease when it starts (never held unstarted), its lease renewed while it
 runs, and answered in one transaction with its usage row (`DeferredStore.answer`).
 
@@ -213,11 +215,11 @@ class DeferredRunner:
         return self._clock() - self._interactive_at < self.resume_after_s
 
     def make_room(self) -> None:
-        """An interactive request waits: cut the newest line not already being cut (its
-        slot is free as soon as the engine drops it)."""
+        """An interactive request waits: cut the newest line of the lowest kind not
+        already being cut (its slot is free as soon as the engine drops it)."""
         live = [r for r in self.running.values() if not r.task.cancelling()]
         if live:
-            max(live, key=lambda r: r.started).task.cancel()
+            max(live, key=lambda r: (-self.precedence(r.job), r.started)).task.cancel()
 
     async def _tend_jobs(self) -> None:
         jobs: list[Job] = []
@@ -258,15 +260,25 @@ class DeferredRunner:
                 for line in lines:
                     self._start(job, line)
                 started += len(lines)
+            # Nothing started: every planned job is exhausted now, so the next plan
+            # holds other jobs (of this kind, or of the next kind down) or none.
             if started == 0:
-                return
+                continue
             room = self._room()
 
+    def precedence(self, job: Job) -> int:
+        """A kind's place in line: a handler's `precedence` (default 0); the lines of the
+        highest kind with work start first (background responses before batch lines)."""
+        return int(getattr(self.handlers[job.kind], "precedence", 0))
+
     def _plan(self, room: int) -> list[tuple[Job, int]]:
-        """Spare slots by key in turn, then by job within a key."""
+        """Spare slots to the highest kind with work; within it by key in turn, then by
+        job within a key."""
+        waiting = [job for job in self._jobs if job.id not in self._exhausted]
+        top = max((self.precedence(job) for job in waiting), default=0)
         by_key: dict[str, list[Job]] = {}
-        for job in self._jobs:
-            if job.id not in self._exhausted:
+        for job in waiting:
+            if self.precedence(job) == top:
                 by_key.setdefault(job.owner, []).append(job)
         if not by_key:
             return []

@@ -95,6 +95,13 @@ class KeysServer:
             self._server.kill_all()
             self._server = None
 
+    def stop(self) -> None:
+        """SIGTERM: the server drains and exits (0); the next use starts it again."""
+        if self._server is not None:
+            self._server.stop()
+            assert self._server.process.returncode == 0, self._server.log_tail()
+            self._server = None
+
     def cli(self, *args: str) -> str:
         """`lilac-serve ARGS --data-dir DATA` (keys, usage): its standard output."""
         result = subprocess.run(

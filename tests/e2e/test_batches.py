@@ -1,7 +1,8 @@
 """Batches on a real server (the session's `keys_server`: `--auth keys`, the real model,
 the scripted GPU probe) through the official openai client: a batch end to end; an owner
 reclaim mid-batch that pauses it and lending that resumes it; kill -9 mid-batch and a
-restart, after which every line is answered once and billed once."""
+restart, after which every line is answered once and billed once; a background response
+across an owner reclaim and a SIGTERM restart, stored once and billed once."""
 
 from __future__ import annotations
 
@@ -202,3 +203,71 @@ def test_kill_9_mid_batch_then_restart_answers_and_bills_each_line_once(
     print(f"kill -9 mid-batch: {answered_before} answered before, {len(ids)} lines answered, "
           f"{twice} twice, {billed_twice} billed twice")  # fmt: skip
     assert billed == answered
+
+
+def background_usage(batches: BatchServer, response_id: str) -> list[tuple[int, int, str]]:
+    with sqlite3.connect(batches.data / "lilac.db") as db:
+        return list(
+            db.execute(
+                "SELECT prompt_tokens, completion_tokens, outcome FROM usage WHERE request_id = ?",
+                (response_id,),
+            )
+        )
+
+
+def running_response(client: openai.OpenAI, tokens: int) -> str:
+    """A background response that has begun to run."""
+    response = client.responses.create(
+        model=DEFAULT_MODEL_NAME,
+        input="Count from 1 to 500, separated by commas.",
+        background=True,
+        temperature=0,
+        max_output_tokens=tokens,
+    )
+    deadline = time.monotonic() + 120
+    while client.responses.retrieve(response.id).status == "queued":
+        assert time.monotonic() < deadline, "the background response never started"
+        time.sleep(0.05)
+    return response.id
+
+
+def final_response(client: openai.OpenAI, response_id: str, timeout_s: float = 300) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress"):
+            return response
+        time.sleep(0.2)
+    raise AssertionError(f"background response {response_id} not final in time")
+
+
+def assert_stored_and_billed_once(batches: BatchServer, client: openai.OpenAI, rid: str) -> None:
+    done = final_response(client, rid)
+    assert done.status in ("completed", "incomplete"), done
+    events = list(client.responses.retrieve(rid, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))  # one run
+    assert sum(e.type == "response.created" for e in events) == 1
+    assert events[-1].response.output_text == done.output_text  # type: ignore[union-attr]
+    [(prompt, completion, outcome)] = background_usage(batches, rid)  # billed once
+    assert done.usage is not None and outcome == "completed"
+    assert (prompt, completion) == (done.usage.input_tokens, done.usage.output_tokens)
+
+
+def test_a_background_response_across_a_reclaim_and_a_sigterm_restart(
+    batches: BatchServer,
+) -> None:
+    client = batches.client()
+    rid = running_response(client, 64)
+    batches.server.reclaim_gpu(busy_s=4)
+    # Cut, not failed: back to queued while the owner has the GPU.
+    deadline = time.monotonic() + 10
+    while client.responses.retrieve(rid).status != "queued":
+        assert time.monotonic() < deadline, "the reclaim did not cut the response"
+        time.sleep(0.05)
+    assert_stored_and_billed_once(batches, client, rid)
+
+    rid = running_response(client, 64)
+    batches.keys.stop()  # SIGTERM: drains, cuts the running line, exits
+    assert background_usage(batches, rid) == []
+    client = batches.client()  # the keys server starts again, on the same data
+    assert_stored_and_billed_once(batches, client, rid)
