@@ -44,10 +44,16 @@ from app.routes.health import health, liveness, metrics
 from app.routes.messages import count_message_tokens, create_message
 from app.routes.models import list_models, retrieve_model
 from app.routes.responses import create_response
-from app.routes.stored_responses import delete_response, list_input_items, retrieve_response
+from app.routes.stored_responses import (
+    cancel_response,
+    delete_response,
+    list_input_items,
+    retrieve_response,
+)
 from app.routes.tokenize import detokenize, tokenize
 from app.served_models import build_pool
 from app.services.admission import build_controller
+from app.services.background_setup import build_background
 from app.services.batch_setup import build_batches
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
@@ -152,6 +158,10 @@ def create_app(
         settings, tenant_data, services, admission, tenancy.store
     )
     services["batch_runner"] = batch_runner
+    # Background responses: the same runner, before batch lines.
+    services["background"] = build_background(
+        services, batch_runner, tenant_data, response_store, tenancy.store
+    )
     server_metrics.registry.register(BatchCollector(batch_runner))
     app = Litestar(
         route_handlers=[
@@ -167,6 +177,7 @@ def create_app(
             retrieve_response,
             delete_response,
             list_input_items,
+            cancel_response,
             health,
             liveness,
             metrics,

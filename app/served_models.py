@@ -14,11 +14,16 @@ from engine.warm.sleeper import PauseSleeper, Sleeper, VLLMSleeper
 
 
 def build_engine(
-    settings: Settings, *, sleep_mode: bool = False, prometheus_stats: bool = True
+    settings: Settings,
+    *,
+    sleep_mode: bool = False,
+    prometheus_stats: bool = True,
+    engines: int = 1,
 ) -> Engine:
     """The vLLM engine the settings describe, with CPU defaults when there is no GPU.
     `sleep_mode` builds it with vLLM's sleep mode on a GPU (to sleep between requests);
-    `prometheus_stats` gives it vLLM's `vllm:` series, labelled with its model."""
+    `prometheus_stats` gives it vLLM's `vllm:` series, labelled with its model;
+    `engines` is how many this server builds (they share the CPU's free memory)."""
     from engine.checkpoint import resolve_model
     from engine.families import get as get_family
     from engine.templates import load_template_file
@@ -43,7 +48,7 @@ def build_engine(
         raise SystemExit("--distributed-executor-backend: expected `mp` or `ray`")
     on_gpu = settings.on_gpu
     if not on_gpu:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gib)
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kv_cache_gib(settings, model_path, engines))
     if os.path.isdir(model_path):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     config = EngineConfig(
@@ -67,8 +72,25 @@ def build_engine(
         enable_sleep_mode=on_gpu and (settings.release_memory or sleep_mode),
         prometheus_stats=prometheus_stats,
         grammar_compile_timeout_s=settings.grammar_compile_timeout,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_seqs=settings.max_num_seqs,
     )
     return VLLMEngine(config)
+
+
+def cpu_kv_cache_gib(settings: Settings, model_path: str, engines: int = 1) -> int:
+    """The flag, else `VLLM_CPU_KVCACHE_SPACE`, else a share of the free memory split
+    between the `engines` this server builds (the first value is kept in the variable,
+    so every engine of the pool gets the same share)."""
+    from engine import machine
+
+    if settings.cpu_kvcache_space_gib is not None:
+        return settings.cpu_kvcache_space_gib
+    already = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "")
+    if already.isdigit():
+        return int(already)
+    weights = machine.weights_bytes(model_path)
+    return machine.cpu_kv_cache_gib(machine.probe(), weights, engines)
 
 
 def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
@@ -91,6 +113,7 @@ def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
         model_engine = build_engine(
             engine_settings(settings, spec),
             sleep_mode=len(specs) > 1,
+            engines=len(specs),
             prometheus_stats=True,  # every model's `vllm:` series, labelled model_name
         )
         keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive

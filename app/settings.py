@@ -114,8 +114,24 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     ] = None
     gpu_memory_utilization: Annotated[float, Flag("fraction of GPU memory vLLM may take")] = 0.9
     cpu_kvcache_space_gib: Annotated[
-        int, Flag("KV cache size on CPU (sets `VLLM_CPU_KVCACHE_SPACE`)")
-    ] = 2
+        int | None,
+        Flag(
+            "KV cache size on CPU (sets `VLLM_CPU_KVCACHE_SPACE`)",
+            default_doc="`VLLM_CPU_KVCACHE_SPACE` if set, else half the memory available "
+            "after the weights and a margin of max(2 GiB, 10%), 1 to 64 GiB",
+        ),
+    ] = None
+    max_num_batched_tokens: Annotated[
+        int | None,
+        Flag(
+            "most tokens one engine step schedules (prefill chunks and decodes)",
+            default_doc="vLLM's (2048 on CPU)",
+        ),
+    ] = None
+    max_num_seqs: Annotated[
+        int | None,
+        Flag("most sequences one engine step runs", default_doc="vLLM's (128 on CPU)"),
+    ] = None
     memory_budget_gib: Annotated[
         float | None,
         Flag(
@@ -152,10 +168,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         Flag(
             "seconds of CPU a new grammar (`response_format`, tools, regex) may take to "
             "compile; over it, 400 `grammar_too_complex`; `0`: no limit (a family's tool-call "
-            "grammar takes up to about 4 s on a small CPU, a schema of 800 optional "
-            "properties 1.5 s)"
+            "grammar takes under 0.1 s once the bounded strings are compiled at start, a "
+            "schema of 800 optional properties 1.5 s)"
         ),
-    ] = 8.0
+    ] = 5.0
     chat_template: Annotated[
         str | None,
         Flag(
@@ -416,11 +432,21 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     batch_concurrency_beside_interactive: Annotated[
         int,
         Flag(
-            "batch lines one replica starts while interactive requests run: fewer lines in "
-            "the engine's batch keep interactive latency close to its value without a batch",
+            "batch lines one replica keeps running while interactive requests run (the "
+            "newest over this are cut when one arrives, and run again later): every line "
+            "in the engine's batch slows each step of an interactive request",
             section="tenants",
         ),
-    ] = 2
+    ] = 0
+    batch_resume_after_s: Annotated[
+        float,
+        Flag(
+            "seconds without an interactive request before batch lines start again beyond "
+            "`--batch-concurrency-beside-interactive` (so gaps in a steady load do not let "
+            "lines in and out)",
+            section="tenants",
+        ),
+    ] = 2.0
     batch_lease_s: Annotated[
         float,
         Flag(

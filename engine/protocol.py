@@ -93,6 +93,16 @@ class Tally(Protocol):
         """The engine produced `tokens` more output tokens (all choices together)."""
 
 
+# Clients whose names start so are deferred work (batch lines): the lowest lane, in
+# admission (engine.admission.runtime) and in the engine's own scheduler.
+DEFERRED_PREFIX = "deferred:"
+# Added to a deferred request's priority in the engine's scheduler (lower runs sooner):
+# past any priority an interactive request carries, so every interactive request waiting
+# in the engine is scheduled before any deferred one, and under memory pressure a
+# deferred one is preempted first.
+DEFERRED_PRIORITY_OFFSET = 1 << 40
+
+
 @dataclass(slots=True)
 class GenerateRequest:
     """One generation: chat `messages` (rendered by the model's template) or a raw `prompt`."""
@@ -268,3 +278,11 @@ class ModelHost(Protocol):
 class Engine(Generator, ModelHost, Protocol):
     """A whole engine, both sides: what the vLLM and scripted engines implement and the
     app wires up. Code that needs one side only asks for that side."""
+
+
+def scheduling_priority(request: GenerateRequest) -> int:
+    """The request's priority in the engine's scheduler: its own, after every interactive
+    request's when it is deferred work."""
+    if request.client is not None and request.client.startswith(DEFERRED_PREFIX):
+        return request.priority + DEFERRED_PRIORITY_OFFSET
+    return request.priority

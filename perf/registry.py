@@ -7,6 +7,8 @@ from __future__ import annotations
 SCENARIOS: dict[str, str] = {
     "admission-sim": "perf.scenarios.admission_sim",
     "admission-yield": "perf.scenarios.admission_yield",
+    "agent-apis-vs-vllm": "perf.scenarios.agent_apis_vs_vllm",
+    "app-cpu": "perf.micro.app_cpu",
     "attacks": "perf.scenarios.attacks",
     "batch": "perf.scenarios.batch_bench",
     "bench": "perf.micro.bench",

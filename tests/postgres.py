@@ -8,14 +8,19 @@ path may not exceed 107 bytes.
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import itertools
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+_databases = itertools.count()
 
 
 def find_bindir() -> str | None:
@@ -59,6 +64,32 @@ class TempPostgres:
             f"{self.bindir}/pg_ctl", "-D", self.datadir, "-w", "-t", "60", "-o",
             _options(self.base), "-l", os.path.join(self.base, "log"), "start",
         )  # fmt: skip
+
+    @contextlib.contextmanager
+    def outage(self) -> Iterator[None]:
+        """The server stopped for the block, started again however the block ends: the
+        session's one server stays up for the tests after it."""
+        self.halt()
+        try:
+            yield
+        finally:
+            self.resume()
+
+    async def new_database(self, prefix: str = "t") -> str:
+        """The URL of a database of its own on this server (a name never used before in
+        this process), so tests sharing the server share no rows."""
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        from app.tenancy.db import async_url
+
+        name = f"{prefix}{next(_databases)}"
+        admin = create_async_engine(async_url(self.url()), isolation_level="AUTOCOMMIT")
+        try:
+            async with admin.connect() as conn:
+                await conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        finally:
+            await admin.dispose()
+        return self.url(name)
 
     def stop(self) -> None:
         if not os.path.isdir(self.base):

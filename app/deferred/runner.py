@@ -2,15 +2,23 @@
 
 Each tick it looks after the jobs (expiry, cancellation, finalizing once every line is
 answered) and starts lines while admission has room for deferred work
-(`AdmissionController.deferred_room`): spare slots go round the keys with work in
-turn, then round each key's jobs, so no key and no job starves another. A line is
+(`AdmissionController.deferred_room`): spare slots go first to the kind of highest
+precedence with work waiting (background responses before batch lines), and within it
+round the keys with work in turn, then round each key's jobs, so no key and no job
+starves another. A line is
 claimed under a lease when it starts (never held unstarted), its lease renewed while it
 runs, and answered in one transaction with its usage row (`DeferredStore.answer`).
 
 Deferred lines are the first to stop: when admission stops admitting (the owner
 reclaims the GPU, a lending window closes, a drain) every running line is cut, and
-while an interactive request waits the newest line is cut to make room. A cut line is
-pending again, runs later, and is billed only when answered."""
+while an interactive request waits the newest line is cut to make room. Beside
+interactive requests only `beside_interactive` lines may run (0 by default): on a busy
+engine every extra sequence slows each step of every request, and a line's prefill
+delays the steps it shares, so when an interactive request arrives the newest lines over
+that count are cut at once, and lines start again only once no interactive request has
+run for `resume_after_s` (so a steady load with short gaps between its requests does not
+let lines in and out). A cut line is pending again, runs later, and is billed only when
+answered."""
 
 from __future__ import annotations
 
@@ -92,7 +100,8 @@ class DeferredRunner:
         *,
         replica: str,
         concurrency: int = 32,
-        beside_interactive: int = 2,
+        beside_interactive: int = 0,
+        resume_after_s: float = 2.0,
         lease_s: float = 60.0,
         tick_s: float = 0.25,
         jobs_every_s: float = 1.0,
@@ -105,6 +114,7 @@ class DeferredRunner:
         self.replica = replica
         self.concurrency = concurrency
         self.beside_interactive = beside_interactive
+        self.resume_after_s = resume_after_s
         self.lease_s = lease_s
         self.tick_s = tick_s
         self.jobs_every_s = jobs_every_s
@@ -115,6 +125,7 @@ class DeferredRunner:
         self._jobs: list[Job] = []
         self._jobs_at = float("-inf")
         self._renewed_at = float("-inf")
+        self._interactive_at = float("-inf")  # when an interactive request last ran
         self._turn = 0  # the key that gets the next spare slot
         self._exhausted: set[str] = set()  # runnable jobs with no line to claim now
         self._wake = asyncio.Event()
@@ -140,6 +151,10 @@ class DeferredRunner:
                 await self._task
             self._task = None
         await self.cut_all()
+        for handler in self.handlers.values():
+            close = getattr(handler, "close", None)  # a handler's own tasks, if it has any
+            if close is not None:
+                await close()
 
     async def _run(self) -> None:
         while True:
@@ -167,20 +182,44 @@ class DeferredRunner:
         await self._fill()
 
     def _preempt(self) -> None:
+        waiting = self.capacity.interactive_waiting()
+        active = waiting or self.capacity.interactive_running() > 0
+        if active:
+            self._interactive_at = self._clock()
         if not self.running:
             return
         if not self.capacity.admitting():
             for running in list(self.running.values()):
                 running.task.cancel()
-        elif self.capacity.interactive_waiting():
+            return
+        if waiting:
             self.make_room()
+        if active:
+            self._cut_over(self.beside_interactive)
+
+    def interactive_arrived(self) -> None:
+        """An interactive request is being admitted: cut the lines over what may run
+        beside it now, before it reaches the engine (admission calls this)."""
+        self._interactive_at = self._clock()
+        self._cut_over(self.beside_interactive)
+
+    def _cut_over(self, limit: int) -> None:
+        """Cut the newest running lines over `limit` (those not already being cut)."""
+        live = [r for r in self.running.values() if not r.task.cancelling()]
+        live.sort(key=lambda r: r.started)
+        for running in live[max(0, limit) :]:
+            running.task.cancel()
+
+    def interactive_recently(self) -> bool:
+        """Whether an interactive request ran within the last `resume_after_s`."""
+        return self._clock() - self._interactive_at < self.resume_after_s
 
     def make_room(self) -> None:
-        """An interactive request waits: cut the newest line not already being cut (its
-        slot is free as soon as the engine drops it)."""
+        """An interactive request waits: cut the newest line of the lowest kind not
+        already being cut (its slot is free as soon as the engine drops it)."""
         live = [r for r in self.running.values() if not r.task.cancelling()]
         if live:
-            max(live, key=lambda r: r.started).task.cancel()
+            max(live, key=lambda r: (-self.precedence(r.job), r.started)).task.cancel()
 
     async def _tend_jobs(self) -> None:
         jobs: list[Job] = []
@@ -203,8 +242,8 @@ class DeferredRunner:
         deferred work, less this runner's lines started but not yet admitted."""
         starting = max(0, len(self.running) - self.capacity.deferred_running())
         # Every line in the engine's batch slows each step of an interactive request:
-        # while one runs, only a few lines may (those running finish; none is cut).
-        limit = self.beside_interactive if self.capacity.interactive_running() else self.concurrency
+        # while they run, and for a while after, only `beside_interactive` lines may.
+        limit = self.beside_interactive if self.interactive_recently() else self.concurrency
         return min(limit - len(self.running), self.capacity.deferred_room() - starting)
 
     async def _fill(self) -> None:
@@ -221,15 +260,25 @@ class DeferredRunner:
                 for line in lines:
                     self._start(job, line)
                 started += len(lines)
+            # Nothing started: every planned job is exhausted now, so the next plan
+            # holds other jobs (of this kind, or of the next kind down) or none.
             if started == 0:
-                return
+                continue
             room = self._room()
 
+    def precedence(self, job: Job) -> int:
+        """A kind's place in line: a handler's `precedence` (default 0); the lines of the
+        highest kind with work start first (background responses before batch lines)."""
+        return int(getattr(self.handlers[job.kind], "precedence", 0))
+
     def _plan(self, room: int) -> list[tuple[Job, int]]:
-        """Spare slots by key in turn, then by job within a key."""
+        """Spare slots to the highest kind with work; within it by key in turn, then by
+        job within a key."""
+        waiting = [job for job in self._jobs if job.id not in self._exhausted]
+        top = max((self.precedence(job) for job in waiting), default=0)
         by_key: dict[str, list[Job]] = {}
-        for job in self._jobs:
-            if job.id not in self._exhausted:
+        for job in waiting:
+            if self.precedence(job) == top:
                 by_key.setdefault(job.owner, []).append(job)
         if not by_key:
             return []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import and_, func, insert, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.deferred.schema import deferred_jobs, deferred_lines
 from app.storage.database import TenantDatabase
@@ -86,6 +86,17 @@ def _held(job_id: str, seq: int, replica: str) -> Any:
     )
 
 
+async def _insert_lines(conn: AsyncConnection, job_id: str, lines: Iterable[str]) -> None:
+    chunk: list[dict[str, Any]] = []
+    for seq, body in enumerate(lines):
+        chunk.append({"job_id": job_id, "seq": seq, "state": PENDING, "body": body})
+        if len(chunk) >= INSERT_CHUNK:
+            await conn.execute(insert(deferred_lines), chunk)
+            chunk = []
+    if chunk:
+        await conn.execute(insert(deferred_lines), chunk)
+
+
 def _job(row: Any) -> Job:
     return Job(
         id=row.id,
@@ -131,15 +142,30 @@ class DeferredStore:
         engine = await self._engine()
         async with engine.begin() as conn:
             await conn.execute(insert(deferred_jobs).values(**values))
-            chunk: list[dict[str, Any]] = []
-            for seq, body in enumerate(lines):
-                chunk.append({"job_id": job.id, "seq": seq, "state": PENDING, "body": body})
-                if len(chunk) >= INSERT_CHUNK:
-                    await conn.execute(insert(deferred_lines), chunk)
-                    chunk = []
-            if chunk:
-                await conn.execute(insert(deferred_lines), chunk)
+            await _insert_lines(conn, job.id, lines)
         return job
+
+    async def populate(self, job_id: str, from_state: str, to: str, lines: Iterable[str]) -> bool:
+        """Write the lines of a job created without them (pending) and move it from
+        `from_state` to `to`, in one transaction; False (nothing written) when the job
+        was no longer in `from_state`."""
+        job = await self.get(job_id)
+        if job is None or job.state != from_state:
+            return False
+        now = self.clock()
+        stamps = {**job.stamps}
+        stamps.setdefault(to, now)
+        engine = await self._engine()
+        async with engine.begin() as conn:
+            changed = await conn.execute(
+                update(deferred_jobs)
+                .where(deferred_jobs.c.id == job_id, deferred_jobs.c.state == from_state)
+                .values(state=to, stamps=json.dumps(stamps), updated_at=now)
+            )
+            if changed.rowcount != 1:
+                return False
+            await _insert_lines(conn, job_id, lines)
+        return True
 
     async def get(self, job_id: str, owner: str | None = None) -> Job | None:
         """The job; None when it does not exist or (with `owner`) is someone else's."""

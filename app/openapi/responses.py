@@ -25,7 +25,8 @@ CREATE = (
         "post",
         "/v1/responses",
         "OpenAI Responses API: a response, whole or streamed (SSE), stored unless "
-        "`store: false`; hosted tools are not served (`X-Tools-Not-Served`)",
+        "`store: false`; hosted tools are not served (`X-Tools-Not-Served`); "
+        "`background: true` answers at once, `queued`, and runs on spare capacity",
         ResponsesRequest,
         ResponseObject,
         streams=ResponsesStreamEvent,
@@ -37,10 +38,28 @@ STORED = (
     Route(
         "get",
         "/v1/responses/{response_id}",
-        "A stored response of this key; `stream=true` (background responses) is a 400",
+        "A stored response of this key; for a background response, `stream=true` "
+        "replays its events after `starting_after` (a sequence number), then follows "
+        "them live until it is final (another response: a 400)",
+        ok=ResponseObject,
+        streams=ResponsesStreamEvent,
+        stream_text=RESPONSES_STREAM,
+        errors=("400", "404", "503"),
+        params=(
+            RESPONSE_ID,
+            ("stream", "query", {"type": "boolean"}),
+            ("starting_after", "query", {"type": "integer", "minimum": 0}),
+            INCLUDE,
+        ),
+    ),
+    Route(
+        "post",
+        "/v1/responses/{response_id}/cancel",
+        "Cancel a background response of this key (queued or running): the response, "
+        "`cancelled`; a response not made with `background: true`, or one finished, is a 400",
         ok=ResponseObject,
         errors=("400", "404", "503"),
-        params=(RESPONSE_ID, ("stream", "query", {"type": "boolean"}), INCLUDE),
+        params=(RESPONSE_ID,),
     ),
     Route(
         "delete",

@@ -6,14 +6,17 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from app.request_body import read_json
-from app.routes.deps import CompletionsDep, TenancyDep
+from app.routes.deps import CompletionsDep
 from app.routes.respond import respond
 from app.schemas.completions import completion_request_decoder
+from app.tenancy.service import request_tenancy
 
 
 @post("/v1/completions", status_code=200)
 async def create_completion(
-    request: Request, completions: CompletionsDep, tenancy: TenancyDep
+    request: Request, completions: CompletionsDep
 ) -> Response[bytes] | Stream:
+    # One dependency: the tenancy comes from the scope (see request_tenancy).
     body = await read_json(request, completion_request_decoder)
+    tenancy = request_tenancy(request)
     return await respond(request, completions, tenancy, body, len(await request.body()))

@@ -12,6 +12,7 @@ from typing import Annotated
 from litestar.params import Dependency
 from prometheus_client import CollectorRegistry
 
+from app.services.background_service import BackgroundService
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
 from app.services.messages import MessagesService
@@ -37,4 +38,5 @@ RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
 FileStoreDep = Annotated[FileStore, _app_wide]  # parameter `file_store`
 FileLimitsDep = Annotated[FileLimits, _app_wide]  # parameter `file_limits`
 ResponseStoreDep = Annotated[ResponseStore, _app_wide]  # parameter `response_store`
+BackgroundDep = Annotated[BackgroundService, _app_wide]  # parameter `background`
 TenancyDep = Annotated[Tenancy, _app_wide]  # parameter `tenancy`: keys, limits, usage

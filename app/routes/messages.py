@@ -15,7 +15,7 @@ from litestar.response import Stream
 
 from app.errors import InvalidRequest, ModelNotFound
 from app.request_body import read_json
-from app.routes.deps import MessagesDep, ModelsDep, TenancyDep
+from app.routes.deps import MessagesDep, ModelsDep
 from app.routes.respond import respond
 from app.schemas.chat import Message
 from app.schemas.messages import (
@@ -27,7 +27,7 @@ from app.services.chat import messages_for_template
 from app.services.image_decoding import image_refs
 from app.services.messages_request import chat_messages, chat_request, check_tools
 from app.services.sampling import resolve_model
-from app.tenancy.service import request_key
+from app.tenancy.service import request_key, request_tenancy
 from engine.offload import off_loop
 from engine.protocol import Engine
 
@@ -36,11 +36,11 @@ CLAMP_HEADER = "X-Max-Tokens-Clamped"
 
 
 @post("/v1/messages", status_code=200)
-async def create_message(
-    request: Request, messages: MessagesDep, tenancy: TenancyDep
-) -> Response[bytes] | Stream:
+async def create_message(request: Request, messages: MessagesDep) -> Response[bytes] | Stream:
+    # One dependency: the tenancy comes from the scope (see request_tenancy).
     body = await read_json(request, messages_request_decoder)
     chat = chat_request(body)
+    tenancy = request_tenancy(request)
     response = await respond(request, messages, tenancy, chat, len(await request.body()))
     if chat.clamped_max_tokens is not None:
         response.headers[CLAMP_HEADER] = str(chat.clamped_max_tokens)

@@ -61,7 +61,9 @@ async def respond(
     if key is not None:
         reserve = service.reserved_tokens(body, body_bytes)
         slots = service.slots(body)
-        meter = await tenancy.begin(key, request.url.path, body.model, body.n, reserve, slots)
+        # The path from the scope: `request.url` would parse a whole URL per request.
+        path = request.scope.get("root_path", "") + request.scope["path"]
+        meter = await tenancy.begin(key, path, body.model, body.n, reserve, slots)
     try:
         if body.stream:
             # Admission, the queue and the first token: a client gone meanwhile ends them.

@@ -8,18 +8,20 @@ The request's tools that are not served (OpenAI's hosted tools) are named in the
 
 from __future__ import annotations
 
-from litestar import Request, Response, post
+import msgspec
+from litestar import MediaType, Request, Response, post
 from litestar.response import Stream
 
 from app.request_body import INLINE_BYTES, read_json
-from app.routes.deps import ResponsesDep, ResponseStoreDep, TenancyDep
-from app.routes.respond import respond
+from app.routes.deps import BackgroundDep, ResponsesDep, ResponseStoreDep, TenancyDep
+from app.routes.event_stream import EventStream
+from app.routes.respond import SSE_HEADERS, respond
 from app.schemas.responses import InputItem, ResponsesRequest, responses_request_decoder
-from app.services.responses_request import ResponsesChatRequest, chat_request, stored_items
+from app.services.responses_background import as_key, converted, history
+from app.services.responses_request import ResponsesChatRequest
 from app.services.responses_sealing import ReasoningSeal
 from app.storage.database import owner_of
-from app.storage.responses import ResponseStore
-from app.tenancy.service import request_key
+from app.tenancy.service import Tenancy, request_key
 from engine.offload import off_loop
 
 NOT_SERVED_HEADER = "X-Tools-Not-Served"
@@ -31,34 +33,49 @@ async def create_response(
     responses: ResponsesDep,
     tenancy: TenancyDep,
     response_store: ResponseStoreDep,
+    background: BackgroundDep,
 ) -> Response[bytes] | Stream:
     body = await read_json(request, responses_request_decoder)
     owner = owner_of(request_key(request))
-    history = await _history(response_store, owner, body.previous_response_id)
-    size = len(await request.body())
+    items = await history(response_store, owner, body.previous_response_id)
+    raw = await request.body()
+    size = len(raw)
     if size <= INLINE_BYTES:
-        chat = _converted(body, owner, responses.seal, history)
+        chat = _converted(body, owner, responses.seal, items)
     else:
-        chat = await off_loop(_converted, body, owner, responses.seal, history)
+        chat = await off_loop(_converted, body, owner, responses.seal, items)
     chat.response_store = response_store if body.store else None
-    response = await respond(request, responses, tenancy, chat, size)
+    response: Response[bytes] | Stream
+    if body.background:
+        response = await _queued(request, background, tenancy, chat, raw)
+    else:
+        response = await respond(request, responses, tenancy, chat, size)
     if chat.tools_not_served:
         response.headers[NOT_SERVED_HEADER] = ",".join(chat.tools_not_served)
     return response
 
 
 def _converted(
-    body: ResponsesRequest, owner: str, seal: ReasoningSeal, history: list[InputItem]
+    body: ResponsesRequest, owner: str, seal: ReasoningSeal, items: list[InputItem]
 ) -> ResponsesChatRequest:
-    return chat_request(body, owner, lambda blob, param: seal.open(owner, blob, param), history)
+    return converted(body, owner, seal, items)
 
 
-async def _history(store: ResponseStore, owner: str, previous: str | None) -> list[InputItem]:
-    """Every item of the stored chain ending in `previous`, oldest first (another
-    owner's response, an expired one or an unknown id: 404; a chain over its bounds: 400)."""
-    if previous is None:
-        return []
-    items: list[InputItem] = []
-    for stored in await store.chain(owner, previous):
-        items += stored_items(stored.input_items, stored.output_items)
-    return items
+async def _queued(
+    request: Request,
+    background: BackgroundDep,
+    tenancy: Tenancy,
+    chat: ResponsesChatRequest,
+    raw: bytes,
+) -> Response[bytes] | Stream:
+    """`background: true`: the response stored `queued` and run on spare capacity; with
+    `stream: true`, its events as they are stored."""
+    key = request_key(request)
+    as_key(chat, key)  # a model the key may not use: 404 now
+    if key is not None:  # one of the key's requests per minute (429 past them)
+        await tenancy.admit_unmetered(key, chat.model)
+    queued = await background.create(chat, raw, key if tenancy.mode == "keys" else None)
+    if not chat.source.stream:
+        return Response(msgspec.json.encode(queued), media_type=MediaType.JSON)
+    events = await background.replay(chat.owner, queued.id, -1)
+    return EventStream(events, media_type="text/event-stream", headers=SSE_HEADERS)

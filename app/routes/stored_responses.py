@@ -1,6 +1,8 @@
-"""GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items: a key's own
-stored responses. Another key's response, an expired one and an unknown id are the same
-404 `response_not_found`."""
+"""GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items, and for a
+background response POST /v1/responses/{id}/cancel and GET /v1/responses/{id}?stream=true
+(its events again, `starting_after` a sequence number): a key's own stored responses.
+Another key's response, an expired one and an unknown id are the same 404
+`response_not_found`."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from litestar import MediaType, Request, Response, delete, get
+from litestar import MediaType, Request, Response, delete, get, post
+from litestar.response import Stream
 
 from app.errors import InvalidRequest
-from app.routes.deps import ResponseStoreDep
+from app.routes.deps import BackgroundDep, ResponseStoreDep
+from app.routes.event_stream import EventStream
+from app.routes.respond import SSE_HEADERS
 from app.schemas.stored_responses import InputItemList, ItemId, ResponseDeleted
 from app.storage.database import owner_of
 from app.tenancy.service import request_key
@@ -21,6 +26,8 @@ DEFAULT_PAGE = 20
 _items = msgspec.json.Decoder(list[msgspec.Raw])
 _item_id = msgspec.json.Decoder(ItemId)
 _TRUE = {"true", "1"}
+_FALSE = {"false", "0"}
+MAX_DIGITS = 12  # a sequence number longer than this is out of any range
 
 
 def _owner(request: Request[Any, Any, Any]) -> str:
@@ -29,24 +36,63 @@ def _owner(request: Request[Any, Any, Any]) -> str:
 
 @get("/v1/responses/{response_id:str}")
 async def retrieve_response(
-    request: Request[Any, Any, Any], response_store: ResponseStoreDep, response_id: str
+    request: Request[Any, Any, Any],
+    response_store: ResponseStoreDep,
+    background: BackgroundDep,
+    response_id: str,
+) -> Response[bytes] | Stream:
+    """The stored Response object (a background response's as it is now); with
+    `stream=true`, a background response's events after `starting_after`, then live."""
+    query = request.query_params
+    stream = _flag(query.get("stream"), "stream")
+    after = _sequence_number(query.get("starting_after"))
+    if not stream:
+        stored = await response_store.get(_owner(request), response_id)
+        return Response(stored.response, media_type=MediaType.JSON)
+    events = await background.replay(_owner(request), response_id, after)
+    return EventStream(events, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@post("/v1/responses/{response_id:str}/cancel", status_code=200)
+async def cancel_response(
+    request: Request[Any, Any, Any], background: BackgroundDep, response_id: str
 ) -> Response[bytes]:
-    """The stored Response object, as it was returned when made."""
-    if request.query_params.get("stream", "false").lower() in _TRUE:
+    """Cancel a background response: the Response, `cancelled`."""
+    body = await background.cancel(_owner(request), response_id)
+    return Response(body, media_type=MediaType.JSON)
+
+
+def _flag(text: str | None, param: str) -> bool:
+    if text is None:
+        return False
+    value = text.lower()
+    if value not in _TRUE | _FALSE:
+        raise InvalidRequest(f"`{param}` must be `true` or `false`.", param=param)
+    return value in _TRUE
+
+
+def _sequence_number(text: str | None) -> int:
+    """`starting_after`: a sequence number (0 or more); -1 when absent (every event)."""
+    if text is None:
+        return -1
+    if not (text.isascii() and text.isdigit()) or len(text) > MAX_DIGITS:
         raise InvalidRequest(
-            "`stream=true` replays the events of a background response; this server "
-            "stores finished responses only, so retrieve it without `stream`.",
-            param="stream",
-            code="unsupported_parameter",
+            "`starting_after` must be an event's sequence number, an integer from 0.",
+            param="starting_after",
         )
-    stored = await response_store.get(_owner(request), response_id)
-    return Response(stored.response, media_type=MediaType.JSON)
+    return int(text)
 
 
 @delete("/v1/responses/{response_id:str}", status_code=200)
 async def delete_response(
-    request: Request[Any, Any, Any], response_store: ResponseStoreDep, response_id: str
+    request: Request[Any, Any, Any],
+    response_store: ResponseStoreDep,
+    background: BackgroundDep,
+    response_id: str,
 ) -> ResponseDeleted:
+    """A background response still running is cancelled first (what it ran is billed);
+    its events and job go with it."""
+    await background.stop(_owner(request), response_id)
     await response_store.delete(_owner(request), response_id)
     return ResponseDeleted(id=response_id)
 

@@ -108,8 +108,9 @@ ToolChoiceParam = ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNo
 
 
 class ThinkingEnabled(Struct, tag_field="type", tag="enabled"):
-    # Accepted; the engine bounds reasoning by `max_tokens` only.
-    budget_tokens: Annotated[int, Meta(ge=1)]
+    # Anthropic's bounds: at least 1024, and less than `max_tokens` (checked where the
+    # request is converted). The engine bounds reasoning by `max_tokens` only.
+    budget_tokens: Annotated[int, Meta(ge=1024)]
 
 
 class ThinkingDisabled(Struct, tag_field="type", tag="disabled"):
@@ -245,9 +246,13 @@ class MessageDeltaBody(Struct):
 
 
 class MessageDeltaUsage(Struct):
+    """The final usage, with the same fields as the message's (Anthropic's cumulative
+    `message_delta` usage)."""
+
     output_tokens: int
     input_tokens: int | UnsetType = UNSET
     cache_read_input_tokens: int | UnsetType = UNSET
+    cache_creation_input_tokens: int | UnsetType = UNSET
 
 
 class MessageDelta(Struct, tag_field="type", tag="message_delta"):

@@ -25,7 +25,7 @@ from app.storage.lines import LineSplitter
 
 # The endpoints a batch line may call: the one list the upload check and the batches
 # read (an endpoint served later is added here).
-BATCH_ENDPOINTS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions")
+BATCH_ENDPOINTS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _STR = msgspec.json.Decoder(str)

@@ -1,10 +1,14 @@
 """The `batch` kind of deferred work: its lines run by `LineRunner`, and its life after
-creation, looked after each tick by the runner (`tend`): expiry at the end of the
-completion window, cancellation, and finalizing once every line is answered (the output
-and error files written, then the final status)."""
+creation, looked after each tick by the runner (`tend`): validation of the input file
+(app.services.batch_validation, in a task of its own so a large file does not hold up
+the runner's ticks), expiry at the end of the completion window, cancellation, and
+finalizing once every line is answered (the output and error files written, then the
+final status)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -19,7 +23,9 @@ from app.deferred.store import (
     Line,
     LineCounts,
 )
+from app.errors import FileNotFound
 from app.services.batch_lines import LineRunner, closed_line
+from app.services.batch_validation import VALIDATE_LEASE_S, validate
 from app.tenancy.keys import KeyRecord, KeyStore
 
 log = logging.getLogger("lilac.batches")
@@ -29,6 +35,9 @@ OUTPUT_PURPOSE = "batch_output"
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
 CANCELLED_MESSAGE = "This request was not executed: the batch was cancelled."
 FINALIZE_LEASE_S = 120.0
+# A tick waits this long for a validation before going on (a small file is validated,
+# and its first lines started, in the tick that sees the batch).
+VALIDATE_WAIT_S = 0.5
 
 
 class Files(Protocol):
@@ -39,15 +48,22 @@ class Files(Protocol):
     def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]: ...
 
     async def create_from_lines(
-        self, owner: str, purpose: str, filename: str, lines: AsyncIterator[bytes]
+        self,
+        owner: str,
+        purpose: str,
+        filename: str,
+        lines: AsyncIterator[bytes],
+        file_id: str | None = None,
     ) -> Any: ...
+
+    async def discard_partial(self, file_id: str) -> None: ...
 
 
 class BatchJobs:
     """The runner's handler of `batch` jobs."""
 
     kind = KIND
-    active_states: tuple[str, ...] = ("in_progress", "cancelling", "finalizing")
+    active_states: tuple[str, ...] = ("validating", "in_progress", "cancelling", "finalizing")
     runnable_states: tuple[str, ...] = ("in_progress",)
 
     def __init__(
@@ -64,6 +80,7 @@ class BatchJobs:
         self.keys = keys
         self.replica = replica
         self._keys: dict[str, KeyRecord] = {}
+        self._validating: dict[str, asyncio.Task[bool]] = {}
 
     async def run(self, job: Job, line: Line) -> Answer:
         return await self.lines.run(job, line, await self._key(job))
@@ -83,6 +100,9 @@ class BatchJobs:
 
     async def tend(self, job: Job, counts: LineCounts) -> None:
         self.forget_keys()
+        if job.state == "validating":
+            await self._validate(job)
+            return
         now = self.store.clock()
         if job.state == "in_progress" and job.expires_at is not None and now >= job.expires_at:
             await self.store.close_pending(job.id, EXPIRED)
@@ -92,6 +112,42 @@ class BatchJobs:
             counts = (await self.store.counts([job.id]))[job.id]
         if counts.unfinished == 0 or job.state == "finalizing":
             await self.finalize(job, counts)
+
+    async def _validate(self, job: Job) -> None:
+        """Start (or keep waiting on) the job's validation; once it ends within the tick,
+        `job` has its new state, so its lines start in this tick."""
+        task = self._validating.get(job.id)
+        if task is None:
+            if not await self.store.hold(job.id, self.replica, VALIDATE_LEASE_S):
+                return  # another replica validates it
+            task = asyncio.get_running_loop().create_task(self._validation(job))
+            self._validating[job.id] = task
+        done, _ = await asyncio.wait({task}, timeout=VALIDATE_WAIT_S)
+        if done:
+            del self._validating[job.id]
+            if not task.cancelled() and task.exception() is not None:
+                log.error("batch %s: validation failed", job.id, exc_info=task.exception())
+
+    async def _validation(self, job: Job) -> bool:
+        key = await self._key(job)
+        lines = self.files.lines(job.owner, job.payload["input_file_id"])
+        return await validate(
+            self.store,
+            job,
+            lines,
+            key,
+            lambda: self.store.hold(job.id, self.replica, VALIDATE_LEASE_S),
+        )
+
+    async def close(self) -> None:
+        """Stop the validations under way (another tick, or replica, does them again)."""
+        tasks = list(self._validating.values())
+        self._validating.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
     async def finalize(self, job: Job, counts: LineCounts) -> None:
         """Write the output and error files, then the final status, holding the job's
@@ -107,17 +163,28 @@ class BatchJobs:
             counts.by_state.get(ANSWERED, 0) - counts.ok
         )
         if counts.ok:
-            output = await self.files.create_from_lines(
-                job.owner, OUTPUT_PURPOSE, f"{job.id}_output.jsonl", self._lines(job, True)
-            )
-            result["output_file_id"] = output.id
+            result["output_file_id"] = await self._result_file(job, "output", True)
         if errors:
-            error_file = await self.files.create_from_lines(
-                job.owner, OUTPUT_PURPOSE, f"{job.id}_error.jsonl", self._lines(job, False)
-            )
-            result["error_file_id"] = error_file.id
+            result["error_file_id"] = await self._result_file(job, "error", False)
         await self.store.move(job.id, ("finalizing",), final_status(job, counts), result)
         log.info("batch %s finalized: %d answered, %d errors", job.id, counts.ok, errors)
+
+    async def _result_file(self, job: Job, name: str, successes: bool) -> str:
+        """The id of the job's output (or error) file, written unless a finalizing cut
+        short (a crash before the final status) wrote it whole already: its id is the
+        job's, so finalizing again finds it, or discards what it left part-written."""
+        file_id = result_file_id(job.id, name)
+        try:
+            await self.files.get(job.owner, file_id)
+            return file_id
+        except FileNotFound:
+            await self.files.discard_partial(file_id)
+        lines = self._lines(job, successes)
+        filename = f"{job.id}_{name}.jsonl"
+        file = await self.files.create_from_lines(
+            job.owner, OUTPUT_PURPOSE, filename, lines, file_id=file_id
+        )
+        return str(file.id)
 
     async def _lines(self, job: Job, successes: bool) -> AsyncIterator[bytes]:
         async for seq, state, body, result, ok in self.store.finished_lines(job.id):
@@ -131,6 +198,11 @@ class BatchJobs:
             elif not successes and state == CANCELLED:
                 line = closed_line(job.id, seq, body, "batch_cancelled", CANCELLED_MESSAGE)
                 yield line.encode() + b"\n"
+
+
+def result_file_id(job_id: str, name: str) -> str:
+    """The id of a batch's `output` or `error` file: one per batch, whoever writes it."""
+    return f"file-{job_id.removeprefix('batch_')}{name[:3]}"
 
 
 def final_status(job: Job, counts: LineCounts) -> str:

@@ -2,10 +2,15 @@
 
 A line's `body` is decoded into the endpoint's request type exactly as the endpoint
 decodes a request body, checked and run by the same service (`ChatService`,
-`CompletionService`), so its `response.body` is what the endpoint would have answered,
-and an invalid body gets the endpoint's error (status and error body). The line runs as
-its batch's key (its model access, priority and prefix-cache scope) in admission's
-deferred lane, and is metered as batch work under that key."""
+`CompletionService`, `ResponsesService`), so its `response.body` is what the endpoint
+would have answered, and an invalid body gets the endpoint's error (status and error
+body). The line runs as its batch's key (its model access, priority and prefix-cache
+scope) in admission's deferred lane, and is metered as batch work under that key.
+
+A `/v1/responses` line is converted to its chat run as the route converts a request
+(`responses_line`), with two differences: it is never stored (`store` is false, and the
+Response says so), and it cannot continue a stored response (`previous_response_id` is
+refused), since a batch's lines run in no set order."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import msgspec
 from app.deferred.runner import Answer, Cut
 from app.deferred.store import Job, Line
 from app.errors import InvalidRequest, ModelNotFound, encode_error, to_api_error
-from app.request_body import decode_checked
+from app.request_body import INLINE_BYTES, decode_checked
 from app.schemas.batches import (
     InputLine,
     LineError,
@@ -27,13 +32,17 @@ from app.schemas.batches import (
 )
 from app.schemas.chat import chat_request_decoder
 from app.schemas.completions import completion_request_decoder
+from app.schemas.responses import responses_request_decoder
 from app.services.admission import clamp_priority
 from app.services.generation import GenerationService
+from app.services.responses_request import ResponsesChatRequest, chat_request
+from app.services.responses_sealing import ReasoningSeal
 from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import KeyRecord
 from app.tenancy.usage import UsageRecord
 from app.usage_source import UsageSource
 from engine.admission.runtime import DEFERRED_PREFIX
+from engine.offload import off_loop
 
 # An engine failure (not a bad line) is retried this many times before it is answered.
 MAX_ATTEMPTS = 3
@@ -42,6 +51,23 @@ DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
     "/v1/chat/completions": chat_request_decoder,
     "/v1/completions": completion_request_decoder,
 }
+RESPONSES = "/v1/responses"
+
+
+def responses_line(body: bytes, owner: str, seal: ReasoningSeal | None) -> ResponsesChatRequest:
+    """The chat run of a `/v1/responses` line's body, as the route builds it, unstored."""
+    request = decode_checked(body, responses_request_decoder)
+    if request.stream:
+        raise InvalidRequest("Batch requests cannot be streamed.", param="stream")
+    if request.previous_response_id is not None:
+        raise InvalidRequest(
+            "A batch request cannot continue a stored response.", param="previous_response_id"
+        )
+    request.store = False  # batch lines are not stored responses
+    seal = seal or ReasoningSeal()
+    chat = chat_request(request, owner, lambda blob, param: seal.open(owner, blob, param), [])
+    chat.response_store = None
+    return chat
 
 
 def line_id(job_id: str, seq: int) -> str:
@@ -98,7 +124,7 @@ class LineRunner:
         meter = LineMeter()
         n = 1
         try:
-            request = self._request(entry, endpoint, key)
+            request = await self._request(entry, endpoint, key, job.owner)
             n, meter.model = request.n, request.model
             body = await self.services[endpoint].complete(
                 request, DEFERRED_PREFIX + job.owner, meter
@@ -130,8 +156,18 @@ class LineRunner:
         record = self._record(job, line, endpoint, meter, n, started, wall_start, "completed")
         return Answer(result, True, record)
 
-    def _request(self, entry: InputLine, endpoint: str, key: KeyRecord | None) -> Any:
-        request = decode_checked(bytes(entry.body), DECODERS[endpoint])
+    async def _request(
+        self, entry: InputLine, endpoint: str, key: KeyRecord | None, owner: str
+    ) -> Any:
+        if endpoint == RESPONSES:
+            seal = getattr(self.services[endpoint], "seal", None)
+            body = bytes(entry.body)
+            if len(body) <= INLINE_BYTES:  # as the route: a large body converts off the loop
+                request = responses_line(body, owner, seal)
+            else:
+                request = await off_loop(responses_line, body, owner, seal)
+        else:
+            request = decode_checked(bytes(entry.body), DECODERS[endpoint])
         if request.stream:
             raise InvalidRequest("Batch requests cannot be streamed.", param="stream")
         if key is not None:

@@ -1,7 +1,7 @@
 """Building batches for the app: the deferred-work store and runner over the tenant
-database, the `batch` handler over the chat and completions services, and the API's
-service. The runner waits to touch the database until there is one to look at: a server
-that never stored anything does not create it."""
+database, the `batch` handler over the chat, completions and responses services, and
+the API's service. The runner waits to touch the database until there is one to look
+at: a server that never stored anything does not create it."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def build_batches(
     files: Files = services.get("file_store") or FileStore(database)
     store = DeferredStore(database)
     replica = replica_name(settings)
-    lines = LineRunner(
-        {"/v1/chat/completions": services["chat"], "/v1/completions": services["completions"]}
-    )
+    endpoints = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+    endpoints["/v1/responses"] = "responses"
+    lines = LineRunner({url: services[name] for url, name in endpoints.items() if name in services})
     jobs = BatchJobs(store, files, lines, keys, replica)
     runner = DeferredRunner(
         store,
@@ -57,8 +57,10 @@ def build_batches(
         replica=replica,
         concurrency=settings.batch_concurrency,
         beside_interactive=settings.batch_concurrency_beside_interactive,
+        resume_after_s=settings.batch_resume_after_s,
         lease_s=settings.batch_lease_s,
         should_poll=lambda: has_database(database),
     )
     admission.interactive_queued.append(runner.make_room)
+    admission.interactive_arrived.append(runner.interactive_arrived)
     return BatchService(store, files, runner), runner

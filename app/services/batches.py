@@ -1,11 +1,11 @@
-"""The Batch API's operations: create (with the cheap checks of every line), read,
-list, cancel, and the `batch` object a job is shown as.
+"""The Batch API's operations: create, read, list, cancel, and the `batch` object a job
+is shown as.
 
-A batch is created whole or not at all: its lines are checked as they are read from the
-input file (JSON, `custom_id` unique, `url` the batch's endpoint, a model the key may
-use), then the job and every line are written in one transaction and the batch is
-`in_progress`. A file that fails the checks makes a `failed` batch whose `errors` say
-which lines and why (as OpenAI's)."""
+A batch is created `validating` once its request is checked (endpoint, window, metadata,
+an input file of the key's with purpose `batch`); the runner then checks every line of
+the file and writes them with the move to `in_progress` in one transaction, or fails the
+batch with `errors` saying which lines and why, as OpenAI's
+(app.services.batch_validation)."""
 
 from __future__ import annotations
 
@@ -27,15 +27,12 @@ from app.schemas.batches import (
     BatchErrors,
     BatchList,
     RequestCounts,
-    input_line_decoder,
-    line_model_decoder,
 )
 from app.services.batch_input import BATCH_ENDPOINTS
 from app.services.batch_jobs import KIND, Files
 from app.storage.database import owner_of
 from app.tenancy.keys import KeyRecord
 
-MAX_REPORTED_ERRORS = 100  # a failed batch lists at most this many line errors
 INPUT_PURPOSE = "batch"
 
 
@@ -81,50 +78,30 @@ class BatchService:
                 f"The input file's purpose is `{purpose}`; a batch needs `batch`.",
                 param="input_file_id",
             )
-        bodies, errors = await self._checked_lines(owner, request, key)
         now = self.store.clock()
+        # Created `validating`, without its lines: the runner checks the input file and
+        # writes them (app.services.batch_validation).
         job = Job(
             id=f"batch_{uuid.uuid4().hex}",
             kind=KIND,
             owner=owner,
             key_id=key.id if key is not None else None,
-            state="failed" if errors else "in_progress",
+            state="validating",
             payload={
                 "endpoint": request.endpoint,
                 "input_file_id": request.input_file_id,
                 "completion_window": request.completion_window,
                 "metadata": request.metadata,
             },
-            result={"errors": [msgspec.to_builtins(e) for e in errors]} if errors else None,
-            stamps={"validating": now},
+            result=None,
+            stamps={},
             created_at=now,
             expires_at=now + WINDOW_SECONDS[request.completion_window],
         )
-        await self.store.create(job, [] if errors else bodies)
+        await self.store.create(job, [])
         if self.runner is not None:
             self.runner.wake()
-        return wire(job, LineCounts(by_state={"pending": len(bodies)} if not errors else {}))
-
-    async def _checked_lines(
-        self, owner: str, request: BatchCreate, key: KeyRecord | None
-    ) -> tuple[list[str], list[BatchError]]:
-        bodies: list[str] = []
-        errors: list[BatchError] = []
-        seen: set[str] = set()
-        number = 0
-        async for raw in self.files.lines(owner, request.input_file_id):
-            number += 1
-            if not raw.strip():
-                continue
-            error = _check_line(raw, number, request.endpoint, key, seen)
-            if error is not None:
-                if len(errors) < MAX_REPORTED_ERRORS:
-                    errors.append(error)
-                continue
-            bodies.append(raw.decode())
-        if not bodies and not errors:
-            errors.append(BatchError("empty_file", "The input file has no requests."))
-        return bodies, errors
+        return wire(job, LineCounts())
 
     async def get(self, batch_id: str, key: KeyRecord | None) -> Batch:
         job = await self.store.get(batch_id, owner_of(key))
@@ -160,47 +137,6 @@ class BatchService:
             if self.runner is not None:
                 self.runner.wake()
         return await self.get(batch_id, key)
-
-
-def _check_line(
-    raw: bytes, number: int, endpoint: str, key: KeyRecord | None, seen: set[str]
-) -> BatchError | None:
-    try:
-        entry = input_line_decoder.decode(raw)
-        model = line_model_decoder.decode(entry.body).model
-    except msgspec.DecodeError as exc:
-        return BatchError(
-            "invalid_json_line", f"Line {number} is not a valid request: {exc}.", line=number
-        )
-    if entry.custom_id in seen:
-        return BatchError(
-            "duplicate_custom_id",
-            f"`custom_id` {entry.custom_id[:64]!r} repeats.",
-            "custom_id",
-            number,
-        )
-    seen.add(entry.custom_id)
-    if entry.url != endpoint:
-        return BatchError(
-            "mismatched_url",
-            f"The line's url is not the batch's endpoint {endpoint}.",
-            "url",
-            number,
-        )
-    if entry.method.upper() != "POST":
-        return BatchError("invalid_method", "Batch requests use POST.", "method", number)
-    if not isinstance(model, str):
-        return BatchError(
-            "missing_model", "The line's body names no `model`.", "body.model", number
-        )
-    if key is not None and not key.limits.allows_model(model):
-        return BatchError(
-            "model_not_found",
-            f"The key may not use the model `{model[:256]}`.",
-            "body.model",
-            number,
-        )
-    return None
 
 
 def _at(stamps: dict[str, float], state: str) -> int | None:

@@ -30,6 +30,7 @@ from app.schemas.chat import (
 )
 from app.schemas.extensions import PromptLogprobs
 from app.services import prompt_logprobs
+from app.services.chat_frames import ContentFrames
 from app.services.generation import ChoiceState, Generation, GenerationService, include_usage
 from app.services.image_decoding import image_refs
 from app.services.images import ImageLoader, template_content
@@ -252,6 +253,7 @@ class ChatGeneration(Generation[ChatChoiceState]):
         self._echo = echoed_text(request)
         self._prompt_logprobs_k = request.prompt_logprobs
         self._prompt_logprobs: PromptLogprobs | None = None
+        self._content_frames: ContentFrames | None = None
 
     def choice_states(self) -> dict[int, ChatChoiceState]:
         states = {i: ChatChoiceState(i) for i in range(self._n)}
@@ -299,6 +301,28 @@ class ChatGeneration(Generation[ChatChoiceState]):
             usage=usage,
             prompt_logprobs=UNSET if self._prompt_logprobs_k is None else self._prompt_logprobs,
         )
+
+    def delta_frame(
+        self, position: int, output: GenerateOutput, delta: ChoiceDelta
+    ) -> bytes | None:
+        # Most chunks of a stream are the same bytes around one piece of content: those
+        # are written from a template (ContentFrames), byte for byte what encoding the
+        # chunk would give; every other chunk is built and encoded.
+        if (
+            delta.text
+            and delta.index in self._started
+            and delta.finish_reason is None
+            and delta.logprobs is None
+            and not (delta.reasoning or delta.tool_calls)
+        ):
+            if self._content_frames is None:
+                self._content_frames = ContentFrames(
+                    self.id, self.created, self.model, self.chunk_usage
+                )
+            data = self._content_frames.frame(delta.index, delta.text)
+            if data is not None:
+                return data
+        return super().delta_frame(position, output, delta)
 
     def delta_chunk(
         self, position: int, output: GenerateOutput, delta: ChoiceDelta

@@ -148,10 +148,18 @@ class Generation(ABC, Generic[StateT]):
         for delta in output.choices:
             self._completion_tokens += delta.token_count
             self._reasoning_tokens += delta.reasoning_token_count
-            chunk = self.delta_chunk(position, output, delta)
-            if chunk is not None:
-                frames.append(frame(chunk))
+            data = self.delta_frame(position, output, delta)
+            if data is not None:
+                frames.append(data)
         return frames
+
+    def delta_frame(
+        self, position: int, output: GenerateOutput, delta: ChoiceDelta
+    ) -> bytes | None:
+        """The SSE frame of one delta (`delta_chunk`, encoded), or None. An endpoint may
+        write its most common chunk from bytes it prepared (chat's content deltas)."""
+        chunk = self.delta_chunk(position, output, delta)
+        return frame(chunk) if chunk is not None else None
 
     def indexed_frames(self, indexed: tuple[int, GenerateOutput]) -> list[bytes]:
         position, output = indexed

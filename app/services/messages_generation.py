@@ -196,6 +196,7 @@ class MessagesGeneration(Generation[MessageState]):
                     output_tokens=usage.output_tokens,
                     input_tokens=usage.input_tokens,
                     cache_read_input_tokens=usage.cache_read_input_tokens,
+                    cache_creation_input_tokens=usage.cache_creation_input_tokens,
                 ),
             )
         )

@@ -74,6 +74,7 @@ class MessagesChatRequest(ChatCompletionRequest, kw_only=True):
 
 def chat_request(request: MessagesRequest) -> MessagesChatRequest:
     check_tools(request)
+    _check_thinking_budget(request)
     stops = list(request.stop_sequences or ())
     user = request.metadata.user_id if request.metadata is not None else None
     tool_choice, parallel = _tool_choice(request.tool_choice)
@@ -259,6 +260,18 @@ def check_tools(request: CountTokensRequest) -> None:
         raise InvalidRequest(
             f"`tool_choice` names the tool `{choice.name}`, which is not in `tools`.",
             param="tool_choice.name",
+        )
+
+
+def _check_thinking_budget(request: MessagesRequest) -> None:
+    """Anthropic refuses a thinking budget that leaves `max_tokens` no room for the
+    answer; the requested `max_tokens` counts, before any clamp to the context."""
+    thinking = request.thinking
+    if isinstance(thinking, ThinkingEnabled) and thinking.budget_tokens >= request.max_tokens:
+        raise InvalidRequest(
+            f"`thinking.budget_tokens` ({thinking.budget_tokens}) must be less than "
+            f"`max_tokens` ({request.max_tokens}).",
+            param="thinking.budget_tokens",
         )
 
 

@@ -92,8 +92,13 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
 
     def generation(self, request: ChatCompletionRequest, request_id: str) -> ResponsesGeneration:
         # Response ids are `resp_<hex>`, as OpenAI's (the engine request id is `resp-...`).
-        generation = ResponsesGeneration(_responses(request), request_id, self.seal)
+        chat = _responses(request)
+        generation = ResponsesGeneration(chat, request_id, self.seal)
         generation.id = "resp_" + request_id.removeprefix("resp-").replace("-", "")
+        if chat.response_id is not None:  # a background response keeps its queued name
+            generation.id = chat.response_id
+        if chat.created_at is not None:
+            generation.created_at = chat.created_at
         return generation
 
     async def complete(

@@ -158,6 +158,7 @@ class ResponsesGeneration(Generation[ChoiceState]):
             user=source.user,
             metadata=dict(source.metadata or {}),
             prompt_cache_key=source.prompt_cache_key,
+            background=source.background,
             tools_not_served=self._request.tools_not_served or msgspec.UNSET,
         )
 

@@ -52,16 +52,19 @@ class ResponsesChatRequest(ChatCompletionRequest, kw_only=True):
     truncate: bool = False
     # Where the finished response is saved (None: nowhere); set by the route.
     response_store: Any = None
+    # A background response's id and creation time, fixed when it was queued (None: the
+    # response is named when it runs).
+    response_id: str | None = None
+    created_at: float | None = None
 
 
 def check_served(request: ResponsesRequest) -> None:
     """The request fields this server refuses rather than ignores."""
-    if request.background:
+    if request.background and not request.store:
         raise InvalidRequest(
-            "Background responses (`background: true`) are not served yet; send the "
-            "request without it.",
+            "A background response is stored to be read later: `background: true` "
+            "requires `store: true`.",
             param="background",
-            code="background_not_served",
         )
     for name in ("conversation", "prompt"):
         if getattr(request, name) is not None:

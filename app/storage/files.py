@@ -112,16 +112,38 @@ class FileStore:
         )
 
     async def create_from_lines(
-        self, owner: str, purpose: str, filename: str, lines: AsyncIterable[bytes]
+        self,
+        owner: str,
+        purpose: str,
+        filename: str,
+        lines: AsyncIterable[bytes],
+        file_id: str | None = None,
     ) -> FileObject:
         """A file of `lines`, each written followed by a newline (one is added where
-        the line lacks it), streamed to the database a chunk at a time."""
+        the line lacks it), streamed to the database a chunk at a time. `file_id`: the
+        id to give it (a writer that may write the same file again after a crash, and
+        must find it), else a new one."""
 
         async def terminated() -> AsyncIterator[bytes]:
             async for line in lines:
                 yield line if line.endswith(b"\n") else line + b"\n"
 
-        return await self.create_from_chunks(owner, purpose, filename, terminated())
+        return await self.create_from_chunks(
+            owner, purpose, filename, terminated(), file_id=file_id
+        )
+
+    async def discard_partial(self, file_id: str) -> None:
+        """Remove the file `file_id` if a crash left it part-written (still uploading)."""
+        async with self._connection() as conn:
+            pks = list(
+                (
+                    await conn.execute(
+                        select(files.c.pk).where(files.c.id == file_id, files.c.status == UPLOADING)
+                    )
+                ).scalars()
+            )
+        for pk in pks:
+            await self._remove(pk)
 
     async def create_from_chunks(
         self,
@@ -131,12 +153,13 @@ class FileStore:
         chunks: AsyncIterable[bytes],
         *,
         line_count: int | None = None,
+        file_id: str | None = None,
     ) -> FileObject:
         """A file whose content is `chunks` joined (of any sizes: they are regrouped
         into chunks of `chunk_bytes`)."""
         now = self._clock()
         await self._remove_stale(now)
-        file_id = new_file_id()
+        file_id = file_id or new_file_id()
         name = filename[:FILENAME_CHARS]
         async with self._connection(write=True) as conn:
             result = await conn.execute(

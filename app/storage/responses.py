@@ -23,8 +23,10 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.deferred.schema import deferred_jobs, deferred_lines
 from app.errors import ChainTooLong, DatabaseUnavailable, ResponseNotFound, StoredTooLarge
 from app.storage.database import TenantDatabase
+from app.storage.response_events import response_events
 from app.storage.responses_schema import OWNER_CHARS, RESPONSE_ID_CHARS, stored_responses
 from app.tenancy.db import DatabaseError
 
@@ -135,6 +137,10 @@ class ResponseStore:
         """The owner's response; `ResponseNotFound` if unknown, another's or expired."""
         return await self._guarded(lambda: self._get(owner, response_id))
 
+    async def status(self, owner: str, response_id: str) -> str | None:
+        """The owner's response's status alone (None: not found), cheap to poll."""
+        return await self._guarded(lambda: self._status(owner, response_id))
+
     async def chain(self, owner: str, response_id: str) -> list[StoredResponse]:
         """The responses a continuation of `response_id` carries, oldest first, ending
         with `response_id`. `ChainTooLong` when that continuation would hold more than
@@ -233,6 +239,16 @@ class ResponseStore:
             raise ResponseNotFound(response_id)
         return _stored(row)
 
+    async def _status(self, owner: str, response_id: str) -> str | None:
+        if len(response_id) > RESPONSE_ID_CHARS or not self.database.exists():
+            return None
+        engine = await self.database.engine()
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                select(_table.c.status).where(self._mine(owner, response_id))
+            )
+            return found.scalar()
+
     async def _chain(self, owner: str, response_id: str) -> list[StoredResponse]:
         engine = await self._readable(response_id, "previous_response_id")
         async with engine.connect() as conn:
@@ -259,8 +275,9 @@ class ResponseStore:
         engine = await self._readable(response_id)
         async with engine.begin() as conn:
             result = await conn.execute(delete(_table).where(self._mine(owner, response_id)))
-        if result.rowcount == 0:
-            raise ResponseNotFound(response_id)
+            if result.rowcount == 0:
+                raise ResponseNotFound(response_id)
+            await _delete_kept_with(conn, [response_id])
 
     async def purge_expired(self, now: float) -> int:
         """Delete every response past the retention period at `now`; how many went."""
@@ -270,9 +287,12 @@ class ResponseStore:
         total = 0
         while True:
             async with engine.begin() as conn:
-                result = await conn.execute(delete(_table).where(_table.c.id.in_(expired)))
-            total += result.rowcount
-            if result.rowcount < PURGE_BATCH:
+                ids = list((await conn.execute(expired)).scalars())
+                if ids:
+                    await _delete_kept_with(conn, ids)
+                    await conn.execute(delete(_table).where(_table.c.id.in_(ids)))
+            total += len(ids)
+            if len(ids) < PURGE_BATCH:
                 return total
 
     async def purge_forever(self, interval_s: float = PURGE_INTERVAL_S) -> None:
@@ -321,6 +341,15 @@ class ResponseStore:
                 f"The chain of response '{response_id}' holds {size} bytes of items; this "
                 f"server continues chains of at most {self.limits.max_chain_bytes} bytes."
             )
+
+
+async def _delete_kept_with(conn: AsyncConnection, response_ids: list[str]) -> None:
+    """What is kept with a background response and goes with it: its events, and its
+    deferred job and line (the request as sent)."""
+    events = response_events.c
+    await conn.execute(delete(response_events).where(events.response_id.in_(response_ids)))
+    await conn.execute(delete(deferred_lines).where(deferred_lines.c.job_id.in_(response_ids)))
+    await conn.execute(delete(deferred_jobs).where(deferred_jobs.c.id.in_(response_ids)))
 
 
 def _stored(row: Row[Any]) -> StoredResponse:

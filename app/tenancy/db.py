@@ -80,14 +80,20 @@ def create_engine(url: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncEngi
 
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            # FULL: a committed usage row is on disk, not only in the OS's cache.
-            cursor.execute("PRAGMA synchronous=FULL")
-            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            cursor.close()
+            sqlite_pragmas(dbapi_conn, busy_timeout_ms)
 
     return engine
+
+
+def sqlite_pragmas(dbapi_conn: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    """What every connection to the SQLite file sets (SQLAlchemy's and the usage
+    writer's own, app.tenancy.usage_sqlite)."""
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # FULL: a committed usage row is on disk, not only in the OS's cache.
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    cursor.close()
 
 
 def check_sqlite_file(path: Path, *, must_exist: bool) -> None:

@@ -29,5 +29,22 @@ def cache_salt(key: KeyRecord | None, client_salt: str | None) -> str | None:
     pairs encode alike)."""
     if key is None:
         return client_salt
-    parts = [cache_scope(key), client_salt]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    scope = cache_scope(key)
+    if client_salt is None:  # most requests: one digest per scope, kept
+        salt = _scope_salts.get(scope)
+        if salt is None:
+            if len(_scope_salts) >= MAX_SCOPE_SALTS:
+                _scope_salts.clear()
+            salt = _scope_salts[scope] = _digest(scope, None)
+        return salt
+    return _digest(scope, client_salt)
+
+
+# The salt of each scope without a client's salt. A scope is a key's or a group's, of
+# authenticated keys only: bounded by the keys that exist, and cleared past this size.
+MAX_SCOPE_SALTS = 10_000
+_scope_salts: dict[str, str] = {}
+
+
+def _digest(scope: str, client_salt: str | None) -> str:
+    return hashlib.sha256(json.dumps([scope, client_salt]).encode()).hexdigest()

@@ -108,7 +108,8 @@ class Limiter:
 
     def _state(self, key_id: str, limits: KeyLimits, now: float) -> KeyState:
         state = self._keys.get(key_id)
-        if state is None or state.limits != limits:  # new, or its limits were changed
+        # New, or its limits were changed (the same object, mostly: the cached key's).
+        if state is None or (state.limits is not limits and state.limits != limits):
             state = KeyState(limits, now)
             self._keys[key_id] = state
         return state
@@ -185,15 +186,20 @@ class Limiter:
         now = self._clock()
         state = self._state(key_id, limits, now)
         out: list[tuple[bytes, bytes]] = []
-        for kind, bucket in (("requests", state.requests), ("tokens", state.tokens)):
+        for names, bucket in ((_REQUESTS, state.requests), (_TOKENS, state.tokens)):
             if bucket is None:
                 continue
             bucket.refill(now)
-            out.append((b"x-ratelimit-limit-" + kind.encode(), str(bucket.capacity).encode()))
-            remaining = max(0, math.floor(bucket.level))
-            out.append((b"x-ratelimit-remaining-" + kind.encode(), str(remaining).encode()))
-            out.append((b"x-ratelimit-reset-" + kind.encode(), duration(bucket.reset_s())))
+            limit, remaining, reset = names
+            out.append((limit, b"%d" % bucket.capacity))
+            out.append((remaining, b"%d" % max(0, math.floor(bucket.level))))
+            out.append((reset, duration(bucket.reset_s())))
         return out
+
+
+# The header names of each bucket, encoded once (they go on every keyed response).
+_REQUESTS = tuple(b"x-ratelimit-%s-requests" % part for part in (b"limit", b"remaining", b"reset"))
+_TOKENS = tuple(b"x-ratelimit-%s-tokens" % part for part in (b"limit", b"remaining", b"reset"))
 
 
 def rpm_message(limit: int) -> str:

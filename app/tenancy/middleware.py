@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from app.tenancy.service import Tenancy
 
 SCOPE_KEY = "lilac.key"
+# The app's Tenancy, for the generation routes (app.tenancy.service.request_tenancy):
+# from the scope rather than as a second Litestar dependency, which Litestar would
+# resolve beside the service in a task group of two tasks, on every request.
+SCOPE_TENANCY = "lilac.tenancy"
 # Probes and metrics answer without a key: load balancers, container and Kubernetes
 # probes and Prometheus call them without one, and they hold no tenant's data.
 OPEN_PATHS = frozenset({"/health", "/health/live", "/metrics"})
@@ -58,6 +62,7 @@ class AuthMiddleware:
         self.tenancy = tenancy
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope[SCOPE_TENANCY] = self.tenancy
         path = scope.get("path", "")
         if scope["type"] != "http" or path in OPEN_PATHS or path.startswith("/admin/"):
             await self.app(scope, receive, send)

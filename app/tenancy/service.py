@@ -25,7 +25,7 @@ from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.fleet_limits import SYNC_INTERVAL_S, FleetLimiter
 from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
-from app.tenancy.middleware import SCOPE_KEY
+from app.tenancy.middleware import SCOPE_KEY, SCOPE_TENANCY
 from app.tenancy.usage import UsageRecord, UsageWriter
 from app.usage_source import UsageSource
 from engine.errors import AdmissionRejected, Drained
@@ -135,7 +135,6 @@ class RequestMeter:
         "key",
         "model",
         "n",
-        "request_id",
         "reservation",
         "settled",
         "started",
@@ -150,7 +149,6 @@ class RequestMeter:
         self.endpoint = endpoint
         self.model = model
         self.n = n
-        self.request_id = uuid.uuid4().hex
         http = context.current()
         self.http = http  # its `queue_s` is admission's wait, once admitted
         self.client_request_id = http.client_request_id if http is not None else None
@@ -163,10 +161,11 @@ class RequestMeter:
     def record(self, outcome: str) -> UsageRecord:
         prompt = cached = completion = reasoning = 0
         ttft_ms = None
-        request_id = self.request_id  # the response's `id` once there is a generation
         source = self.usage_source
-        if source is not None:
-            request_id = source.id
+        if source is None:  # refused or gone before a generation: an id of its own
+            request_id = uuid.uuid4().hex
+        else:
+            request_id = source.id  # the response's `id`
             usage = source.usage()
             prompt = source.engine_prompt_tokens
             completion = source.engine_completion_tokens
@@ -329,6 +328,12 @@ class Tenancy:
             await self.limiter.acquire_request(key.id, key.limits)
         except RateLimited as exc:
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
+
+
+def request_tenancy(request: Request[Any, Any, Any]) -> Tenancy:
+    """The app's tenancy (app.tenancy.middleware puts it in every request's scope)."""
+    tenancy: Tenancy = request.scope[SCOPE_TENANCY]  # type: ignore[literal-required]  # ASGI scope is a TypedDict
+    return tenancy
 
 
 def request_key(request: Request[Any, Any, Any]) -> KeyRecord | None:

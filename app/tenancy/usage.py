@@ -32,6 +32,7 @@ import json
 import logging
 import operator
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.keys import KeyStore
 from app.tenancy.schema import REASON_CHARS, usage, usage_dead_letter, usage_refusals
+from app.tenancy.usage_sqlite import SqliteInserts, direct_path
 
 log = logging.getLogger("lilac.usage")
 
@@ -83,7 +85,14 @@ class UsageRecord:
 
 
 def day_of(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(seconds))
+    # Every record of a day asks for the same text: the last day's is kept.
+    number = int(seconds // 86400)
+    if number != _last_day[0]:
+        _last_day[:] = [number, time.strftime("%Y-%m-%d", time.gmtime(seconds))]
+    return str(_last_day[1])
+
+
+_last_day: list[int | str] = [-1, ""]
 
 
 RefusalKey = tuple[str, float, str]  # key id, minute (Unix seconds), reason
@@ -107,6 +116,9 @@ class UsageWriter:
         self.spooled = 0
         self.dead_lettered = 0
         self._touched: dict[str, float] = {}  # key id -> created_at last written
+        # The SQLite file's own connection (app.tenancy.usage_sqlite), for `_direct_for`.
+        self._direct: SqliteInserts | None = None
+        self._direct_for: AsyncEngine | None = None
 
     def start(self) -> None:
         if self._task is None:
@@ -114,12 +126,14 @@ class UsageWriter:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def write(self, record: UsageRecord) -> None:
-        """Returns when the record is committed (or spooled, or set aside, on disk)."""
+        """Returns when the record is committed (or spooled, or set aside, on disk). A
+        caller cancelled meanwhile cancels only its wait: the record stays queued and is
+        written with the others (the flush skips a future that is done)."""
         future = asyncio.get_running_loop().create_future()
         self._pending.append((record, future))
         self._wake.set()
         self.start()  # started by the app's lifespan; else (a tool, a test) on first use
-        await asyncio.shield(future)
+        await future
 
     def submit(self, record: UsageRecord) -> None:
         """Queue a record without waiting (a cancelled request: nobody waits for it)."""
@@ -143,6 +157,7 @@ class UsageWriter:
                 await self._task
             self._task = None
         await self._flush()
+        await self._close_direct()
 
     async def _run(self) -> None:
         while not self._closing:
@@ -229,15 +244,35 @@ class UsageWriter:
         return True
 
     async def _insert(self, records: list[UsageRecord]) -> None:
-        if self.database.dialect.name == "sqlite":
-            # The statement as the driver takes it, rows as tuples: SQLAlchemy's
-            # compile and per-column binding cost more than the commit's own work.
+        direct = await self._sqlite_inserts()
+        if direct is not None:
+            # The statement as the driver takes it, rows as tuples, on the writer's own
+            # connection: SQLAlchemy's compile, binding and thread hops cost more than
+            # the commit's own work.
+            await direct.insert(SQLITE_INSERT, [_values(r) for r in records])
+            return
+        if self.database.dialect.name == "sqlite":  # in memory, or with URL options
             async with self.database.begin() as conn:
                 await conn.exec_driver_sql(SQLITE_INSERT, [_values(r) for r in records])
             return
         statement = pg_insert(usage).on_conflict_do_nothing(index_elements=["request_id"])
         async with self.database.begin() as conn:
             await conn.execute(statement, [_row(record) for record in records])
+
+    async def _sqlite_inserts(self) -> SqliteInserts | None:
+        """The direct connection to the file behind `self.database` (made again when
+        that engine is replaced), or None when it is not a SQLite file."""
+        if self._direct_for is not self.database:
+            await self._close_direct()
+            self._direct_for = self.database
+            path = direct_path(self.database)
+            self._direct = SqliteInserts(path) if path is not None else None
+        return self._direct
+
+    async def _close_direct(self) -> None:
+        direct, self._direct, self._direct_for = self._direct, None, None
+        if direct is not None:
+            await direct.close()
 
     async def _touch(self, records: list[UsageRecord]) -> None:
         if self._keys is None:
@@ -383,8 +418,12 @@ def _fault(exc: BaseException) -> str | None:
     too-long string and a lost connection alike)."""
     if isinstance(exc, IntegrityError | DataError | TypeError | ValueError | OverflowError):
         return "row"
+    if isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError):  # the direct connection's
+        return "row"
     if isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
         return "database"  # SQLite's "database is locked" too: retried from the spool
+    if isinstance(exc, sqlite3.OperationalError | sqlite3.InterfaceError):
+        return "database"
     return None
 
 

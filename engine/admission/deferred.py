@@ -13,8 +13,8 @@ questions with them.
 from __future__ import annotations
 
 from engine.admission.queue import AdmissionQueue, ModelLoad
+from engine.protocol import DEFERRED_PREFIX as DEFERRED_PREFIX  # beside its engine priority
 
-DEFERRED_PREFIX = "deferred:"
 DEFERRED_HEADROOM_DIVISOR = 8  # an eighth of the cap and of the KV budget stays interactive
 
 

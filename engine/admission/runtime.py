@@ -91,6 +91,8 @@ class AdmissionController:
         self.observers: list[Callable[[str, float], None]] = []
         # Called when an interactive request has to queue: deferred work makes room.
         self.interactive_queued: list[Callable[[], None]] = []
+        # Called as each interactive request is offered: deferred work steps aside.
+        self.interactive_arrived: list[Callable[[], None]] = []
         self.interference_s = 0.0  # time the owner was active or light while we ran
         self._reclaimed_at: float | None = None
         self._last_observed: float | None = None
@@ -302,6 +304,9 @@ class AdmissionController:
         if not self.admitting():
             self._count_rejection("draining" if self.state is State.DRAINING else "yielded")
             raise self._not_admitting(now)
+        if not deferred.is_deferred(ticket.client):
+            for listener in self.interactive_arrived:
+                listener()
         ticket.arrived, ticket.deadline = now, now + self.policy.queue_timeout_s
         try:
             started = self.queue.offer(ticket, self._cap(), self._total_cap())

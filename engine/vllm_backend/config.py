@@ -36,7 +36,14 @@ class EngineConfig:
     # building another AsyncLLM with it unregisters the first one's series.
     prometheus_stats: bool = True
     # Longest a new grammar may compile before its request is refused (0: no limit).
-    grammar_compile_timeout_s: float = 8.0
+    grammar_compile_timeout_s: float = 5.0
+    # Compile the bounded strings all schemas share at start (grammar_warmup).
+    grammar_warmup: bool = True
+    # The scheduler's limits; None: vLLM's defaults (engine.machine picks them on a CPU).
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    long_prefill_token_threshold: int | None = None
+    enable_prefix_caching: bool | None = None
 
     @property
     def family_record(self) -> Family | None:
@@ -52,6 +59,7 @@ def engine_args(config: EngineConfig) -> Any:
     family = config.family_record
     return AsyncEngineArgs(
         **cpu_scheduling(),
+        **scheduler_limits(config),
         model=config.model,
         served_model_name=list(config.served_names),
         dtype=config.dtype,  # type: ignore[arg-type]  # one of --dtype's choices
@@ -73,7 +81,22 @@ def engine_args(config: EngineConfig) -> Any:
             backend="xgrammar", disable_any_whitespace=True
         ),
         reasoning_parser=(family.reasoning_parser if family else None) or "",
+        # Requests carry a priority (engine.protocol.scheduling_priority): a deferred
+        # request waiting in the engine never goes before an interactive one, and is
+        # the first preempted when the KV cache runs short.
+        scheduling_policy="priority",
     )
+
+
+def scheduler_limits(config: EngineConfig) -> dict[str, Any]:
+    """The scheduler limits the config sets; the rest stay vLLM's defaults."""
+    limits = {
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "max_num_seqs": config.max_num_seqs,
+        "long_prefill_token_threshold": config.long_prefill_token_threshold,
+        "enable_prefix_caching": config.enable_prefix_caching,
+    }
+    return {name: value for name, value in limits.items() if value is not None}
 
 
 # By name: the engine core imports it in its own process; importing vLLM's CPU worker

@@ -36,6 +36,7 @@ from engine.protocol import (
     ModelInfo,
     SamplingOptions,
     Tally,
+    scheduling_priority,
 )
 from engine.streams import merge
 from engine.templates import load_template_file, render_chat
@@ -43,6 +44,8 @@ from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
 from engine.vllm_backend.encoding import Encode, encoder
 from engine.vllm_backend.grammar_gate import GrammarGate, constraint_param
+from engine.vllm_backend.grammar_warmup import skeletons as grammar_skeletons
+from engine.vllm_backend.grammar_warmup import warm_engine_core
 from engine.vllm_backend.logprobs import convert_prompt_logprobs, prompt_token_texts
 from engine.vllm_backend.outputs import (
     OutputConversion,
@@ -104,7 +107,22 @@ class VLLMEngine:
         )
         self.bind_family(self._config.family_record, self._config.chat_template)
         self._grammar_gate = await asyncio.to_thread(self._build_gate, self._model.vocab_size)
+        if self._config.grammar_warmup:
+            await self._warm_grammars(llm)
         self._llm = llm
+
+    async def _warm_grammars(self, llm: Any) -> None:
+        """The bounded strings every tool call and response format holds, compiled in
+        the gate and in the engine core at once (engine.vllm_backend.grammar_warmup)."""
+        specs = await asyncio.to_thread(grammar_skeletons, self._tool_parser)
+        token_id = self._tokenizer.eos_token_id or 0
+        jobs = [warm_engine_core(llm, specs, token_id)]
+        gate = self._grammar_gate
+        if gate is not None and gate.timeout_s > 0:
+            jobs.append(asyncio.to_thread(gate.warm, specs))
+        started = time.perf_counter()
+        await asyncio.gather(*jobs)
+        log.info("grammar warm-up took %.1f s", time.perf_counter() - started)
 
     def _build_gate(self, vocab_size: int | None) -> GrammarGate | None:
         try:
@@ -264,12 +282,20 @@ class VLLMEngine:
             # the prompt (and its length, for the budget and `prompt_tokens`) grows.
             prompt = await self._multimodal_prompt(prompt_ids, request.images)
             prompt_ids = list(prompt["prompt_token_ids"])
-        parsing.prompt_token_ids = await off_loop(self._parsing.current_turn, prompt_ids)
+        # Off the loop only when there is work: a hand-over to the pool and back costs
+        # more of the loop's time than the no-op it would run (most requests).
+        if self._parsing.finds_turns:
+            parsing.prompt_token_ids = await off_loop(self._parsing.current_turn, prompt_ids)
+        else:
+            parsing.prompt_token_ids = prompt_ids
         max_tokens = output_budget(len(prompt_ids), sampling.max_tokens, self.model.max_model_len)
         if request.cache_salt is not None:
             prompt["cache_salt"] = request.cache_salt  # vLLM scopes its prefix cache by it
-        # Checking and bounding schemas and building the grammar's spec: off the loop too.
-        constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
+        # Checking and bounding schemas and building the grammar's spec: off the loop too
+        # (a request without tools or a response format has none).
+        constraint = None
+        if request.response_format is not None or request.tools is not None:
+            constraint = await off_loop(constraint_for, request, self._tool_parser, max_tokens)
         if self._grammar_gate is not None:
             await self._grammar_gate.check(constraint, constraint_param(request))
         greedy_n = sampling.n > 1 and sampling.temperature == 0
@@ -359,7 +385,11 @@ class VLLMEngine:
             # AsyncLLM.generate's loop, written out: the output collector stays at hand, so
             # an output the engine counted but nobody read is counted here too.
             queue = await self._llm.add_request(
-                plan.request_id, prompt, params, **parsing.engine_kwargs
+                plan.request_id,
+                prompt,
+                params,
+                priority=scheduling_priority(request),
+                **parsing.engine_kwargs,
             )
             if tally is not None:
                 tally.accepted(prompt_tokens)

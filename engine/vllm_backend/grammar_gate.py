@@ -15,7 +15,10 @@ starved compile is given up on after five times that in wall time). Past it the 
 is kept, so the same grammar is refused at once next time. A grammar that compiled in
 time is remembered too, and is not compiled here again: the engine core's own cache
 answers its next uses. An accepted request therefore pays at most about `timeout_s`
-here and as much again in the engine core.
+here and as much again in the engine core. Both compilers cache the pieces grammars
+share, and both are warmed at start with the one that costs seconds, the bounded
+string (engine.vllm_backend.grammar_warmup): a verdict measures what the engine core
+will pay.
 
 A compile that outlives its deadline still holds its thread: when every worker is held
 so, an uncached grammar is refused (503 `grammar_compiler_busy`) rather than queued
@@ -47,6 +50,7 @@ WALL_CAP_FACTOR = 5
 WALL_CAP_MIN_S = 10.0
 VERDICTS = 4096  # grammars whose verdict is kept (a key of 32 bytes and a float each)
 BUSY_RETRY_S = 5
+CACHE_BYTES = 256 * 1024 * 1024  # compiled grammars kept (vLLM's engine core keeps 512 MiB)
 
 
 class GrammarGate:
@@ -56,9 +60,13 @@ class GrammarGate:
         import xgrammar
 
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size or None)
-        # No cache: a verdict is all this side needs; the engine core caches contexts.
-        # One thread: all of a compile's CPU time is on the worker's clock.
-        self._compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        # One thread: all of a compile's CPU time is on the worker's clock. A cache, like
+        # the engine core's: the pieces grammars share (a bounded string) are compiled
+        # once, there as here (engine.vllm_backend.grammar_warmup), so a verdict
+        # measures what the engine core will pay.
+        self._compiler = xgrammar.GrammarCompiler(
+            info, max_threads=1, cache_enabled=True, cache_limit_bytes=CACHE_BYTES
+        )
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grammar")
         self.timeout_s = timeout_s
         # digest -> seconds the compile took (inf: not finished when last asked).
@@ -79,6 +87,17 @@ class GrammarGate:
         if took > self.timeout_s:
             raise too_complex(param, self.timeout_s, took)
 
+    def warm(self, constraints: list[Any]) -> None:
+        """Compile `constraints` into the cache, with no deadline (blocking; at start)."""
+        for constraint in constraints:
+            spec = grammar_spec(constraint)
+            if spec is None:
+                continue
+            try:
+                compile_spec(self._compiler, spec)
+            except (RuntimeError, ValueError):  # an optimisation only
+                log.warning("grammar warm-up failed to compile %s", spec[0], exc_info=True)
+
     def _known(self, key: bytes) -> float | None:
         with self._lock:
             took = self._verdicts.get(key)
@@ -92,6 +111,11 @@ class GrammarGate:
             self._verdicts.move_to_end(key)
             while len(self._verdicts) > VERDICTS:
                 self._verdicts.popitem(last=False)
+
+    def _forget_unfinished(self, key: bytes) -> None:
+        with self._lock:
+            if self._verdicts.get(key) == float("inf"):
+                del self._verdicts[key]
 
     async def _compile(self, key: bytes, spec: tuple[str, str], param: str) -> float:
         if self._overdue >= WORKERS:
@@ -119,11 +143,15 @@ class GrammarGate:
                     ) from None
             if running.cpu_s() > self.timeout_s or time.perf_counter() - started > wall_cap:
                 break
+        future.add_done_callback(self._released)
         with self._lock:
             self._overdue += 1
-        future.add_done_callback(self._released)
-        self._remember(key, float("inf"))
-        return float("inf")
+            # "Not finished", unless the compile ended since the last look and wrote its
+            # own time: a measured verdict is never overwritten, so a grammar given up on
+            # while the machine was busy is judged by its CPU time once the compile ends.
+            took = self._verdicts.setdefault(key, float("inf"))
+            self._verdicts.move_to_end(key)
+        return took
 
     def _released(self, _future: Any) -> None:
         with self._lock:
@@ -133,7 +161,8 @@ class GrammarGate:
         running.start()
         try:
             compile_spec(self._compiler, spec)
-        except RuntimeError as exc:  # xgrammar's parse errors: the caller's 400
+        except (RuntimeError, ValueError) as exc:  # xgrammar's parse errors: the caller's 400
+            self._forget_unfinished(key)  # the next request compiles it and hears why
             raise ValueError(str(exc)) from None
         took = running.cpu_s()
         self._remember(key, took)

@@ -90,6 +90,11 @@ class OutputParsing:
             request.sampling = replace(request.sampling, skip_special_tokens=False)
         return request, RequestParsing(self, settings)
 
+    @property
+    def finds_turns(self) -> bool:
+        """Whether `current_turn` can return less than the whole prompt."""
+        return bool(self.family and self.family.assistant_start and self.parser_cls is not None)
+
     def current_turn(self, prompt_token_ids: list[int]) -> list[int]:
         """The prompt's ids from the last assistant-turn start on (the whole prompt when
         the family names no start or the prompt has none, e.g. a raw completion)."""

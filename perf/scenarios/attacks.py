@@ -53,6 +53,7 @@ class Target:
     victim: str
     keys: dict[str, str]  # "attacker"/"victim" -> key id
     server: Server | None = None
+    admin_key: str = ADMIN_KEY
 
     def client(self, secret: str, connections: int = 16) -> httpx.AsyncClient:
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
@@ -103,39 +104,48 @@ def start(
     )  # fmt: skip
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "LILAC_ADMIN_KEY": ADMIN_KEY}
     server = Server(argv, workdir / "server.log", port=port, env=env)
-    url = server.base_url
     try:
         server.wait_healthy(900)
-        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        made = {}
-        attacker = {"rpm": None, "max_concurrent": attacker_max_concurrent}
-        for name, limits in (("attacker", attacker), ("victim", {})):
-            response = httpx.post(
-                f"{url}/admin/keys", json={"name": name, **limits}, headers=admin, timeout=30
-            )
-            response.raise_for_status()
-            made[name] = response.json()
+        return target_on(server, ADMIN_KEY, attacker_max_concurrent)
     except BaseException:
         server.stop()
         raise
+
+
+def target_on(server: Server, admin_key: str, attacker_max_concurrent: int | None = None) -> Target:
+    """The two keys, made through the admin API of a running `--auth keys` server (one
+    that other keys share too: the rows are told apart by key)."""
+    admin = {"Authorization": f"Bearer {admin_key}"}
+    made = {}
+    attacker = {"rpm": None, "max_concurrent": attacker_max_concurrent}
+    for name, limits in (("attacker", attacker), ("victim", {})):
+        response = httpx.post(
+            f"{server.base_url}/admin/keys",
+            json={"name": name, **limits},
+            headers=admin,
+            timeout=30,
+        )
+        response.raise_for_status()
+        made[name] = response.json()
     return Target(
-        url,
+        server.base_url,
         made["attacker"]["key"],
         made["victim"]["key"],
         {name: record["id"] for name, record in made.items()},
         server=server,
+        admin_key=admin_key,
     )
 
 
 def kv_budget(target: Target) -> int:
     """The KV tokens admission lets requests claim (known once a request has run)."""
-    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    admin = {"Authorization": f"Bearer {target.admin_key}"}
     snapshot = httpx.get(f"{target.url}/admin/admission", headers=admin, timeout=30).json()
     return int(snapshot.get("kv_budget_tokens") or 0)
 
 
 def admission_counters(target: Target) -> collections.Counter[str]:
-    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    admin = {"Authorization": f"Bearer {target.admin_key}"}
     snapshot = httpx.get(f"{target.url}/admin/admission", headers=admin, timeout=30).json()
     return collections.Counter(snapshot["counters"])
 
@@ -159,7 +169,7 @@ def unfinished(url: str) -> float:
 
 def billed(target: Target) -> dict[str, int]:
     """Prompt plus completion tokens billed so far, per key name."""
-    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    admin = {"Authorization": f"Bearer {target.admin_key}"}
     rows = httpx.get(f"{target.url}/admin/usage?by=key", headers=admin, timeout=30).json()
     by_id = {row["key"]: row["prompt_tokens"] + row["completion_tokens"] for row in rows["data"]}
     return {name: by_id.get(key_id, 0) for name, key_id in target.keys.items()}

@@ -2,15 +2,19 @@
 
     python -m perf batch --phase offline   # the ceiling: the engine in process
     python -m perf batch --phase server    # the same lines as a batch, then TTFT
+    python -m perf batch --phase all       # both, and the batch's share of the ceiling
 
 `offline` runs the batch's requests on our engine adapter in this process (no HTTP, no
 database), at the batch concurrency: output tokens per second, the ceiling. `server`
-starts `lilac-serve` (same engine flags), and measures, in order: interactive TTFT
-(streamed chat at `--interactive-concurrency`, no batch); a batch of `--lines` lines
-alone, from creation to `completed` (output tokens per second over that time); then the
-same interactive load while a second batch runs (TTFT p50/p99 beside a batch). Lines
-and interactive requests use `ignore_eos`, so each generates exactly `--max-tokens`.
-Results are JSON lines on stdout and in `--out`.
+starts `lilac-serve` (same engine flags) and measures a batch of `--lines` lines alone,
+from creation to `completed` (output tokens per second over that time, beside the load
+average); then `--rounds` rounds of the interactive load (streamed chat at
+`--interactive-concurrency`), each round once without a batch and once while a batch
+runs (submitted, and measured once its lines run), in alternating order: TTFT p50/p99
+of each condition over all rounds, their ratio, the load average, and how many batch
+lines were cut and answered meanwhile. Lines and interactive requests use `ignore_eos`,
+so each generates exactly `--max-tokens`. Results are JSON lines on stdout and in
+`--out`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 KV_GIB = "1"
 MAX_MODEL_LEN = 2048
@@ -141,6 +147,30 @@ def ttft_row(kind: str, ttfts: list[float]) -> dict[str, Any]:
             "ttft_p99_ms": percentile(ttfts, 99) * 1000}  # fmt: skip
 
 
+ADMIN_KEY = "batch-bench-admin"
+
+
+def running_lines(base_url: str) -> float:
+    for line in httpx.get(f"{base_url}/metrics", timeout=10).text.splitlines():
+        if line.startswith('lilac_batch_lines{state="running"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def runner_stats(base_url: str) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    answer = httpx.get(f"{base_url}/admin/batches?limit=1", headers=headers, timeout=10)
+    return dict(answer.json()["runner"])
+
+
+def until(check: Any, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the server did not get there in time")
+        time.sleep(0.1)
+
+
 def server(args: argparse.Namespace) -> list[dict[str, Any]]:
     import openai
 
@@ -152,64 +182,109 @@ def server(args: argparse.Namespace) -> list[dict[str, Any]]:
     running = start_lilac(
         workdir,
         extra_args=("--data-dir", str(workdir / "data"), "--log-level", "warning",
-                    "--batch-concurrency", str(args.concurrency)),
+                    "--batch-concurrency", str(args.concurrency),
+                    "--batch-concurrency-beside-interactive", str(args.beside),
+                    "--batch-resume-after-s", str(args.resume_after)),
+        extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
     )  # fmt: skip
     try:
         client = openai.OpenAI(base_url=f"{running.base_url}/v1", api_key="unused")
         model = DEFAULT_MODEL_NAME
         interactive(running.base_url, model, 4, 1, 4, "warm")
-        rows.append(ttft_row("interactive_alone", interactive(
-            running.base_url, model, args.interactive, args.interactive_concurrency,
-            args.max_tokens, "alone")))  # fmt: skip
-        print(json.dumps(rows[-1]), flush=True)
-        if args.beside_only:
-            return beside_batch(args, client, model, running.base_url, rows)
-        started = time.perf_counter()
-        batch = wait_done(client, submit(client, model, args.lines, args.max_tokens, "batch").id)
-        duration = time.perf_counter() - started
-        tokens = output_tokens(client, batch)
-        rows.append({"kind": "batch_alone", "lines": args.lines, "status": batch.status,
-                     "completed": batch.request_counts.completed, "output_tokens": tokens,
-                     "duration_s": duration, "output_tok_s": tokens / duration})  # fmt: skip
-        print(json.dumps(rows[-1]), flush=True)
-        return beside_batch(args, client, model, running.base_url, rows)
+        if not args.beside_only:
+            rows.append(batch_alone(args, client, model))
+            print(json.dumps(rows[-1]), flush=True)
+        rows += side_by_side(args, client, model, running.base_url)
+        return rows
     finally:
         running.kill_all()
 
 
-def beside_batch(
-    args: argparse.Namespace, client: Any, model: str, base_url: str, rows: list[dict[str, Any]]
+def batch_alone(args: argparse.Namespace, client: Any, model: str) -> dict[str, Any]:
+    """A batch with no interactive traffic: output tokens per second from creation to
+    `completed` (validation and finalizing included)."""
+    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    batch = wait_done(client, submit(client, model, args.lines, args.max_tokens, "batch").id)
+    duration = time.perf_counter() - started
+    tokens = output_tokens(client, batch)
+    return {"kind": "batch_alone", "lines": args.lines, "status": batch.status,
+            "completed": batch.request_counts.completed, "output_tokens": tokens,
+            "duration_s": duration, "output_tok_s": tokens / duration,
+            "load_avg_1m": [load, os.getloadavg()[0]]}  # fmt: skip
+
+
+def side_by_side(
+    args: argparse.Namespace, client: Any, model: str, base_url: str
 ) -> list[dict[str, Any]]:
-    """The interactive load again, while a batch runs."""
-    beside = submit(client, model, args.lines, args.max_tokens, "beside")
-    time.sleep(2.0)  # the batch is running
-    ttfts = interactive(base_url, model, args.interactive,
-                        args.interactive_concurrency, args.max_tokens, "beside")  # fmt: skip
-    batch = client.batches.retrieve(beside.id)
-    rows.append({**ttft_row("interactive_beside_batch", ttfts),
-                 "batch_still_running": batch.status == "in_progress",
-                 "batch_lines_done_meanwhile": batch.request_counts.completed})  # fmt: skip
-    print(json.dumps(rows[-1]), flush=True)
-    client.batches.cancel(beside.id)
-    return rows
+    """`--rounds` rounds, each measuring the interactive load without a batch and beside
+    one (the order alternating from round to round, so a machine getting busier or
+    quieter weighs on both alike): TTFT p50/p99 of each over all rounds."""
+    ttfts: dict[str, list[float]] = {"alone": [], "beside": []}
+    loads: dict[str, list[float]] = {"alone": [], "beside": []}
+    done_meanwhile = 0
+    cut_before = runner_stats(base_url)["cut"]
+    for round_ in range(args.rounds):
+        order = ("alone", "beside") if round_ % 2 == 0 else ("beside", "alone")
+        for condition in order:
+            until(lambda: running_lines(base_url) == 0)  # no batch line left from before
+            batch = None
+            if condition == "beside":
+                batch = submit(client, model, args.lines, args.max_tokens, f"beside{round_}")
+                until(lambda: running_lines(base_url) >= min(args.concurrency, args.lines) / 2)
+            loads[condition].append(os.getloadavg()[0])
+            ttfts[condition] += interactive(
+                base_url, model, args.interactive, args.interactive_concurrency,
+                args.max_tokens, f"{condition}{round_}",
+            )  # fmt: skip
+            loads[condition].append(os.getloadavg()[0])
+            if batch is not None:
+                done_meanwhile += client.batches.retrieve(batch.id).request_counts.completed
+                client.batches.cancel(batch.id)
+                cancelled = batch.id
+                until(lambda: client.batches.retrieve(cancelled).status == "cancelled")  # noqa: B023
+    alone, beside = (
+        ttft_row("interactive_alone", ttfts["alone"]),
+        ttft_row("interactive_beside_batch", ttfts["beside"]),
+    )
+    alone["load_avg_1m"] = [min(loads["alone"]), max(loads["alone"])]
+    beside["load_avg_1m"] = [min(loads["beside"]), max(loads["beside"])]
+    beside["batch_lines_done_meanwhile"] = done_meanwhile
+    beside["batch_lines_cut"] = runner_stats(base_url)["cut"] - cut_before
+    beside["p50_ratio"] = beside["ttft_p50_ms"] / alone["ttft_p50_ms"]
+    beside["p99_ratio"] = beside["ttft_p99_ms"] / alone["ttft_p99_ms"]
+    for row in (alone, beside):
+        print(json.dumps(row), flush=True)
+    return [alone, beside]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phase", choices=("offline", "server"), required=True)
+    parser.add_argument("--phase", choices=("offline", "server", "all"), required=True)
     parser.add_argument("--lines", type=int, default=500)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--interactive", type=int, default=32)
     parser.add_argument("--interactive-concurrency", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--beside", type=int, default=0,
+                        help="--batch-concurrency-beside-interactive of the server")  # fmt: skip
+    parser.add_argument("--resume-after", type=float, default=2.0,
+                        help="--batch-resume-after-s of the server")  # fmt: skip
     parser.add_argument("--beside-only", action="store_true", help="skip the batch alone")
     parser.add_argument("--out", type=Path, default=Path("perf/out/batch"))
     args = parser.parse_args(argv)
-    if args.phase == "offline":
-        rows = [asyncio.run(offline(args))]
+    rows: list[dict[str, Any]] = []
+    if args.phase in ("offline", "all"):
+        rows.append(asyncio.run(offline(args)))
         print(json.dumps(rows[0]), flush=True)
-    else:
-        rows = server(args)
+    if args.phase in ("server", "all"):
+        rows += server(args)
+    by_kind = {row["kind"]: row for row in rows}
+    if "offline" in by_kind and "batch_alone" in by_kind:
+        ratio = by_kind["batch_alone"]["output_tok_s"] / by_kind["offline"]["output_tok_s"]
+        rows.append({"kind": "batch_vs_offline", "ratio": ratio})
+        print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.phase}.json").write_text(json.dumps(rows, indent=1))
     return 0

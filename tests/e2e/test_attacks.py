@@ -1,28 +1,26 @@
-"""The attack matrix, short: a real server with `--auth keys`, one key flooding while
-another sends one request a second (perf/scenarios/attacks.py; `make attacks` runs it long).
-Whatever the attacker sends, the victim is never refused and the engine ends clean."""
+"""The attack matrix, short: a real server with `--auth keys` (the session's
+`keys_server`), one key flooding while another sends one request a second
+(perf/scenarios/attacks.py; `make attacks` runs it long). Whatever the attacker sends,
+the victim is never refused and the engine ends clean."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from perf.scenarios.attacks import Target, alone, attacks, run_attack, start
+from perf.scenarios.attacks import Target, alone, attacks, run_attack, target_on
+from tests.e2e.conftest import ADMIN_KEY, KeysServer
 
 pytestmark = pytest.mark.e2e
 SECONDS = 4.0
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    running = start(Path(tmp_path_factory.mktemp("attacks")))
-    assert running.server is not None
-    yield running
-    running.server.stop()
+def target(keys_server: KeysServer) -> Target:
+    """The session's keys server, and the attacker's and the victim's keys on it."""
+    return target_on(keys_server.server, ADMIN_KEY)
 
 
 def test_the_victim_alone(target: Target) -> None:

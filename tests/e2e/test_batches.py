@@ -1,17 +1,15 @@
-"""Batches on a real server (`--auth keys`, the real model, the scripted GPU probe)
-through the official openai client: a batch end to end; an owner reclaim mid-batch that
-pauses it and lending that resumes it; kill -9 mid-batch and a restart, after which
-every line is answered once and billed once."""
+"""Batches on a real server (the session's `keys_server`: `--auth keys`, the real model,
+the scripted GPU probe) through the official openai client: a batch end to end; an owner
+reclaim mid-batch that pauses it and lending that resumes it; kill -9 mid-batch and a
+restart, after which every line is answered once and billed once; a background response
+across an owner reclaim and a SIGTERM restart, stored once and billed once."""
 
 from __future__ import annotations
 
 import io
 import json
 import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +18,26 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from perf.harness.servers import Server, start_lilac
+from perf.harness.servers import Server
+from tests.e2e.conftest import ADMIN_KEY, KeysServer
 
-LILAC = str(Path(sys.executable).with_name("lilac-serve"))
-ADMIN_KEY = "batches-admin-key"
-LEASE_S = 5  # a killed replica's lines run again this long after its last renewal
 CHAT = "/v1/chat/completions"
 
 
 class BatchServer:
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.data = workdir / "data"
-        result = subprocess.run(
-            [LILAC, "keys", "create", "--name", "batches", "--data-dir", str(self.data)],
-            capture_output=True, text=True, check=True, timeout=120,
-        )  # fmt: skip
-        self.secret = result.stdout.strip()
-        self.server = self.start()
+    """The session's keys server, and a key of this module's own."""
 
-    def start(self) -> Server:
-        return start_lilac(
-            self.workdir,
-            extra_args=(
-                "--auth", "keys", "--data-dir", str(self.data),
-                "--batch-lease-s", str(LEASE_S), "--replica-id", "e2e",
-            ),
-            extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
-        )  # fmt: skip
+    def __init__(self, keys: KeysServer) -> None:
+        self.keys = keys
+        self.secret = keys.new_key("batches")
+
+    @property
+    def server(self) -> Server:
+        return self.keys.server
+
+    @property
+    def data(self) -> Path:
+        return self.keys.data
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.server.base_url}/v1", api_key=self.secret)
@@ -63,10 +53,8 @@ class BatchServer:
 
 
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchServer]:
-    running = BatchServer(tmp_path_factory.mktemp("batches"))
-    yield running
-    running.server.kill_all()
+def batches(keys_server: KeysServer) -> BatchServer:
+    return BatchServer(keys_server)
 
 
 def upload(client: openai.OpenAI, count: int, max_tokens: int, tag: str) -> str:
@@ -108,8 +96,10 @@ def test_a_batch_end_to_end_with_the_openai_client(batches: BatchServer) -> None
     batch = client.batches.create(
         input_file_id=file_id, endpoint=CHAT, completion_window="24h", metadata={"job": "e2e"}
     )
-    assert batch.status == "in_progress" and batch.metadata == {"job": "e2e"}
+    assert batch.status == "validating" and batch.metadata == {"job": "e2e"}
     assert batch.id in [b.id for b in client.batches.list(limit=10)]
+    validated = wait_for(client, batch.id, lambda b: b.status != "validating")
+    assert validated.in_progress_at is not None and validated.request_counts.total == 6
     done = wait_for(client, batch.id, final)
     assert done.status == "completed", done
     assert (done.request_counts.total, done.request_counts.completed) == (6, 6)
@@ -136,6 +126,35 @@ def test_a_batch_end_to_end_with_the_openai_client(batches: BatchServer) -> None
     ).json()
     assert batch.id in [item["id"] for item in admin["data"]]
     assert "lilac_batch_lines_completed_total" in batches.server.metrics_text()
+
+
+def test_a_responses_batch_answers_each_line_as_the_endpoint(batches: BatchServer) -> None:
+    client = batches.client()
+    lines = [
+        {"custom_id": f"resp-{i}", "method": "POST", "url": "/v1/responses",
+         "body": {"model": DEFAULT_MODEL_NAME, "input": f"Name the number {i}.",
+                  "max_output_tokens": 4}}
+        for i in range(3)
+    ]  # fmt: skip
+    lines.append({"custom_id": "bad-item", "method": "POST", "url": "/v1/responses",
+                  "body": {"model": DEFAULT_MODEL_NAME, "max_output_tokens": 4,
+                           "input": [{"type": "no_such_item"}]}})  # fmt: skip
+    data = io.BytesIO(("\n".join(json.dumps(line) for line in lines) + "\n").encode())
+    file_id = client.files.create(file=("responses.jsonl", data), purpose="batch").id
+    batch = client.batches.create(
+        input_file_id=file_id, endpoint="/v1/responses", completion_window="24h"
+    )
+    done = wait_for(client, batch.id, final)
+    assert done.status == "completed", done
+    assert (done.request_counts.completed, done.request_counts.failed) == (3, 1)
+    for line in output_of(client, done):
+        body = line["response"]["body"]
+        assert body["object"] == "response" and body["status"] in ("completed", "incomplete")
+        assert body["store"] is False and body["usage"]["output_tokens"] <= 4
+        assert body["output"][0]["content"][0]["text"]
+    [error] = [json.loads(x) for x in client.files.content(done.error_file_id).text.splitlines()]
+    assert error["custom_id"] == "bad-item" and error["response"]["status_code"] == 400
+    assert error["response"]["body"]["error"]["param"] == "input[0].type"
 
 
 def test_an_owner_reclaim_pauses_the_batch_and_it_completes(batches: BatchServer) -> None:
@@ -166,11 +185,10 @@ def test_kill_9_mid_batch_then_restart_answers_and_bills_each_line_once(
     file_id = upload(client, count, 24, "kill")
     batch = client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="24h")
     wait_for(client, batch.id, lambda b: b.request_counts.completed >= 2)
-    batches.server.kill_all()
+    batches.keys.kill()
     answered_before = sum(1 for row in batches.batch_usage() if row[1] == batch.id)
     assert answered_before < count, "the batch finished before the kill"
-    batches.server = batches.start()
-    client = batches.client()
+    client = batches.client()  # the keys server starts again, on the same data
     done = wait_for(client, batch.id, final)
     assert done.status == "completed", done
     lines = output_of(client, done)
@@ -185,3 +203,71 @@ def test_kill_9_mid_batch_then_restart_answers_and_bills_each_line_once(
     print(f"kill -9 mid-batch: {answered_before} answered before, {len(ids)} lines answered, "
           f"{twice} twice, {billed_twice} billed twice")  # fmt: skip
     assert billed == answered
+
+
+def background_usage(batches: BatchServer, response_id: str) -> list[tuple[int, int, str]]:
+    with sqlite3.connect(batches.data / "lilac.db") as db:
+        return list(
+            db.execute(
+                "SELECT prompt_tokens, completion_tokens, outcome FROM usage WHERE request_id = ?",
+                (response_id,),
+            )
+        )
+
+
+def running_response(client: openai.OpenAI, tokens: int) -> str:
+    """A background response that has begun to run."""
+    response = client.responses.create(
+        model=DEFAULT_MODEL_NAME,
+        input="Count from 1 to 500, separated by commas.",
+        background=True,
+        temperature=0,
+        max_output_tokens=tokens,
+    )
+    deadline = time.monotonic() + 120
+    while client.responses.retrieve(response.id).status == "queued":
+        assert time.monotonic() < deadline, "the background response never started"
+        time.sleep(0.05)
+    return response.id
+
+
+def final_response(client: openai.OpenAI, response_id: str, timeout_s: float = 300) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress"):
+            return response
+        time.sleep(0.2)
+    raise AssertionError(f"background response {response_id} not final in time")
+
+
+def assert_stored_and_billed_once(batches: BatchServer, client: openai.OpenAI, rid: str) -> None:
+    done = final_response(client, rid)
+    assert done.status in ("completed", "incomplete"), done
+    events = list(client.responses.retrieve(rid, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))  # one run
+    assert sum(e.type == "response.created" for e in events) == 1
+    assert events[-1].response.output_text == done.output_text  # type: ignore[union-attr]
+    [(prompt, completion, outcome)] = background_usage(batches, rid)  # billed once
+    assert done.usage is not None and outcome == "completed"
+    assert (prompt, completion) == (done.usage.input_tokens, done.usage.output_tokens)
+
+
+def test_a_background_response_across_a_reclaim_and_a_sigterm_restart(
+    batches: BatchServer,
+) -> None:
+    client = batches.client()
+    rid = running_response(client, 64)
+    batches.server.reclaim_gpu(busy_s=4)
+    # Cut, not failed: back to queued while the owner has the GPU.
+    deadline = time.monotonic() + 10
+    while client.responses.retrieve(rid).status != "queued":
+        assert time.monotonic() < deadline, "the reclaim did not cut the response"
+        time.sleep(0.05)
+    assert_stored_and_billed_once(batches, client, rid)
+
+    rid = running_response(client, 64)
+    batches.keys.stop()  # SIGTERM: drains, cuts the running line, exits
+    assert background_usage(batches, rid) == []
+    client = batches.client()  # the keys server starts again, on the same data
+    assert_stored_and_billed_once(batches, client, rid)

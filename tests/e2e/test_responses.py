@@ -1,10 +1,13 @@
 """The Responses API of the running server, through the real model, driven by the real
-`openai` client (`responses.create`, `responses.stream`, a stored chain) and by the
+`openai` client (`responses.create`, `responses.stream`, a stored chain, a background
+response polled, replayed and cancelled) and by the
 OpenAI Agents SDK (an agent with one function tool, forced, on the Responses model)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import openai
 import pytest
@@ -143,3 +146,53 @@ def test_an_agents_sdk_run_with_a_forced_tool(server: Server) -> None:
     result = asyncio.run(run())
     assert len(calls) == 1 and calls[0]  # the tool ran, with the model's argument
     assert result.final_output == "2.1 million"  # type: ignore[attr-defined]  # RunResult
+
+
+def _until_final(sdk: openai.OpenAI, response_id: str, timeout_s: float = 240) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        response = sdk.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress"):
+            return response
+        time.sleep(0.2)
+    raise AssertionError(f"background response {response_id} not final in time")
+
+
+def test_a_background_response_polled_replayed_and_cancelled(sdk: openai.OpenAI) -> None:
+    queued = sdk.responses.create(
+        input="What is the capital of France?", background=True, **{**ASK, "max_output_tokens": 12}
+    )
+    assert queued.status == "queued" and queued.background is True and queued.output == []
+    done = _until_final(sdk, queued.id)
+    assert done.status in ("completed", "incomplete") and done.output_text.strip()
+    assert done.usage is not None and 0 < done.usage.output_tokens <= 12
+    events = list(sdk.responses.retrieve(queued.id, stream=True))
+    numbers = [event.sequence_number for event in events]
+    assert numbers == list(range(len(numbers)))
+    assert events[0].type == "response.created"
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    assert events[-1].response.output_text == done.output_text  # type: ignore[union-attr]
+    after = list(sdk.responses.retrieve(queued.id, stream=True, starting_after=2))
+    assert [event.sequence_number for event in after] == numbers[3:]
+    with pytest.raises(openai.BadRequestError):
+        sdk.responses.cancel(queued.id)  # finished: nothing to cancel
+    with pytest.raises(openai.BadRequestError):
+        sdk.responses.retrieve(queued.id, stream=True, starting_after=len(numbers))
+
+    long = sdk.responses.create(
+        input="Count from 1 to 500, separated by commas.",
+        background=True,
+        **{**ASK, "max_output_tokens": 400},
+    )
+    deadline = time.monotonic() + 120
+    while sdk.responses.retrieve(long.id).status == "queued" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cancelled = sdk.responses.cancel(long.id)
+    assert cancelled.status == "cancelled"
+    assert sdk.responses.retrieve(long.id).status == "cancelled"
+    assert cancelled.usage is None or cancelled.usage.output_tokens < 400
+    plain = sdk.responses.create(input="Hi", **ASK)
+    with pytest.raises(openai.BadRequestError):
+        sdk.responses.cancel(plain.id)  # not a background response
+    with pytest.raises(openai.BadRequestError):
+        sdk.responses.create(input="Hi", background=True, store=False, **ASK)

@@ -1,17 +1,16 @@
-"""A tenant's life on a real server with `--auth keys` and the real model, through the
-official openai client: a key made by the CLI, a bad key (AuthenticationError), a rate
-limit the SDK waits out by itself (Retry-After), the usage report, revocation; and
-last, kill -9 under load: the database holds a record, with the same token counts,
-for every response a client received whole."""
+"""A tenant's life on a real server with `--auth keys` and the real model (the session's
+`keys_server`, tests/e2e/conftest.py), through the official openai client: a key made by
+the CLI, a bad key (AuthenticationError), a rate limit the SDK waits out by itself
+(Retry-After), the usage report, revocation; and last, kill -9 under load: the database
+holds a record, with the same token counts, for every response a client received whole."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,55 +19,18 @@ import openai
 import pytest
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from perf.harness.servers import LILAC, Server, free_port, lilac_argv
+from tests.e2e.conftest import MAX_FILE_LINES, KeysServer
 
-STARTUP_TIMEOUT_S = 600  # a loaded CI box: the engine alone took minutes
 HI = [{"role": "user", "content": "Say hi."}]
-MAX_FILE_BYTES = 1_000_000
-MAX_FILE_LINES = 100
-
-
-class TenantServer:
-    def __init__(self, server: Server, data: Path) -> None:
-        self.server = server
-        self.url = server.base_url
-        self.data = data
-
-    def cli(self, *args: str) -> str:
-        result = subprocess.run(
-            [LILAC, *args, "--data-dir", str(self.data)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        return result.stdout.strip()
-
-    def client(self, key: str, retries: int = 0) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=retries)
 
 
 @pytest.fixture(scope="module")
-def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TenantServer]:
-    data = tmp_path_factory.mktemp("tenants")
-    port = free_port()
-    subprocess.run(
-        [LILAC, "keys", "create", "--name", "bootstrap", "--data-dir", str(data)],
-        check=True,
-        capture_output=True,
-    )
-    argv = lilac_argv(
-        port, "--auth", "keys", "--data-dir", str(data),
-        "--max-model-len", "2048", "--cpu-kvcache-space-gib", "1",
-        "--max-file-bytes", str(MAX_FILE_BYTES), "--max-file-lines", str(MAX_FILE_LINES),
-    )  # fmt: skip
-    server = Server(argv, data / "server.log", port=port, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    server.wait_healthy(STARTUP_TIMEOUT_S)
-    yield TenantServer(server, data)
-    server.kill_all()
+def tenants(keys_server: KeysServer) -> KeysServer:
+    """The session's keys server: every test here makes keys of its own."""
+    return keys_server
 
 
-def test_a_tenants_life(tenants: TenantServer) -> None:
+def test_a_tenants_life(tenants: KeysServer) -> None:
     secret = tenants.cli("keys", "create", "--name", "erin", "--rpm", "10")
     key_id = next(line.split()[0] for line in tenants.cli("keys", "list").splitlines()[1:]
                   if " erin " in line)  # fmt: skip
@@ -116,16 +78,14 @@ def _batch_line(custom_id: str, **changes: Any) -> str:
     return json.dumps({**line, **changes}) + "\n"
 
 
-def test_files_of_two_tenants(tenants: TenantServer, tmp_path: Path) -> None:
+def test_files_of_two_tenants(tenants: KeysServer, tmp_path: Path) -> None:
     """The openai client's Files API against the real server: one key's upload, listed,
     retrieved and read back byte for byte; another key sees none of it and cannot delete
     it; a key limited to another model, a bad line, and uploads over the line and byte
     bounds are refused with their 400 or 413, and nothing of them is stored."""
-    alice = tenants.client(tenants.cli("keys", "create", "--name", "files-a", "--rpm", "none"))
-    bob = tenants.client(tenants.cli("keys", "create", "--name", "files-b", "--rpm", "none"))
-    narrow = tenants.client(
-        tenants.cli("keys", "create", "--name", "files-c", "--models", "other-model")
-    )
+    alice = tenants.client(tenants.new_key("files-a", rpm=None))
+    bob = tenants.client(tenants.new_key("files-b", rpm=None))
+    narrow = tenants.client(tenants.new_key("files-c", models=["other-model"]))
     path = tmp_path / "requests.jsonl"
     path.write_text("".join(_batch_line(f"req-{i}") for i in range(3)))
     with path.open("rb") as upload:
@@ -167,12 +127,19 @@ def test_files_of_two_tenants(tenants: TenantServer, tmp_path: Path) -> None:
         alice.files.retrieve(made.id)
 
 
-def test_stored_responses_belong_to_their_key(tenants: TenantServer) -> None:
+def _stored_by_owner(tenants: KeysServer) -> Counter[str]:
+    with sqlite3.connect(tenants.data / "lilac.db") as db:
+        owners = db.execute("SELECT owner, count(*) FROM stored_responses GROUP BY owner")
+        return Counter(dict(owners.fetchall()))
+
+
+def test_stored_responses_belong_to_their_key(tenants: KeysServer) -> None:
     """Through the real model, in the keys database: a response stored by default is
     retrieved, listed, continued and deleted by the key that made it; another key gets a
     404 for each, and cannot continue it."""
-    alice = tenants.client(tenants.cli("keys", "create", "--name", "alice"))
-    bob = tenants.client(tenants.cli("keys", "create", "--name", "bob"))
+    before = _stored_by_owner(tenants)
+    alice = tenants.client(tenants.new_key("alice"))
+    bob = tenants.client(tenants.new_key("bob"))
     ask = {"model": DEFAULT_MODEL_NAME, "max_output_tokens": 4, "temperature": 0}
     first = alice.responses.create(input="Say hi.", **ask)
     got = alice.responses.retrieve(first.id)
@@ -195,9 +162,8 @@ def test_stored_responses_belong_to_their_key(tenants: TenantServer) -> None:
         with pytest.raises(openai.NotFoundError) as refused:
             call()
         assert refused.value.code == "response_not_found"
-    with sqlite3.connect(tenants.data / "lilac.db") as db:
-        owners = db.execute("SELECT owner, count(*) FROM stored_responses GROUP BY owner")
-        assert sorted(count for _, count in owners) == [2]  # alice's two; nothing of bob's
+    # alice's two; nothing of bob's (the rows this test stored: the database is shared)
+    assert sorted((_stored_by_owner(tenants) - before).values()) == [2]
 
     alice.responses.delete(first.id)
     with pytest.raises(openai.NotFoundError):
@@ -236,8 +202,8 @@ def _load(client: openai.OpenAI, seen: list[tuple[str, int, int]], stop: threadi
             return  # the server is gone
 
 
-def test_kill_9_under_load_loses_no_completed_request(tenants: TenantServer) -> None:
-    secret = tenants.cli("keys", "create", "--name", "load", "--rpm", "none")
+def test_kill_9_under_load_loses_no_completed_request(tenants: KeysServer) -> None:
+    secret = tenants.new_key("load", rpm=None)
     seen: list[tuple[str, int, int]] = []
     stop = threading.Event()
     workers = [
@@ -248,7 +214,7 @@ def test_kill_9_under_load_loses_no_completed_request(tenants: TenantServer) -> 
     deadline = time.monotonic() + 60
     while len(seen) < 8 and time.monotonic() < deadline:
         time.sleep(0.1)
-    tenants.server.kill_all()  # kill -9 of the whole process group
+    tenants.kill()  # kill -9 of the whole process group
     stop.set()
     for worker in workers:
         worker.join(timeout=60)

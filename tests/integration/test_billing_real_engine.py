@@ -21,26 +21,25 @@ Clients leave through the app's ASGI interface, as granian reports it (tests/asg
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app
 from app.settings import Settings
-from app.tenancy.db import async_url, open_database
+from app.tenancy.db import open_database
 from app.tenancy.keys import KeyLimits
 from app.tenancy.service import Tenancy
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.vllm_backend.engine import VLLMEngine
 from tests.asgi_call import CallResult, Leave, asgi_call
-from tests.postgres import TempPostgres, start_postgres
+from tests.postgres import TempPostgres
 from tests.unit.app.tenancy.helpers import refusal_counts, usage_rows
 
 SEED = 20261201
@@ -62,7 +61,6 @@ WORDS = [
     "night",
     "ship",
 ]
-_databases = itertools.count()
 
 
 @dataclass
@@ -131,25 +129,13 @@ def plan(rng: random.Random) -> list[Planned]:
     return planned
 
 
-@pytest.fixture(scope="module")
-def pg_server() -> Iterator[TempPostgres]:
-    pg = start_postgres()
-    yield pg
-    pg.stop()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path}/lilac.db"
     else:
-        pg: TempPostgres = request.getfixturevalue("pg_server")
-        name = f"billing{next(_databases)}"
-        admin = create_async_engine(async_url(pg.url()), isolation_level="AUTOCOMMIT")
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql(f"CREATE DATABASE {name}")
-        await admin.dispose()
-        url = pg.url(name)
+        pg: TempPostgres = request.getfixturevalue("pg_server")  # the session's
+        url = await pg.new_database("billing")
     engine = await open_database(url)
     yield engine
     await engine.dispose()

@@ -6,6 +6,7 @@ from alembic import context
 import app.deferred.schema
 
 # Tables defined beside their code register on the same metadata when imported.
+import app.storage.response_events
 import app.storage.responses_schema  # noqa: F401
 from app.tenancy.schema import metadata
 

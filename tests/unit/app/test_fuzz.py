@@ -149,11 +149,16 @@ def post_and_check(http: SyncAppClient, url: str, body: dict) -> None:
         assert isinstance(error["message"], str) and error["message"]
 
 
-fuzz_settings = settings(
-    max_examples=EXAMPLES_PER_ENDPOINT,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+def fuzz_settings_of(examples: int) -> settings:
+    """`examples` generated requests, however slow each is (the app runs in process)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+fuzz_settings = fuzz_settings_of(EXAMPLES_PER_ENDPOINT)
 
 
 @fuzz_settings

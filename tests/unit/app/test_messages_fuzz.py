@@ -10,14 +10,14 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.scripted import ScriptedEngine
 from tests.anthropic_sse import read_events
 from tests.client import SyncAppClient, sync_app_client
 from tests.images import png
-from tests.unit.app.test_fuzz import json_values, schemas
+from tests.unit.app.test_fuzz import fuzz_settings_of, json_values, schemas
 
 EXAMPLES = int(os.environ.get("LILAC_FUZZ_EXAMPLES", "300"))
 TINY_PNG = base64.b64encode(png((4, 4))).decode()
@@ -106,11 +106,7 @@ def post_and_check(http: SyncAppClient, url: str, body: dict) -> None:
         assert set(payload["error"]) == {"type", "message"} and payload["error"]["message"]
 
 
-fuzz_settings = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+fuzz_settings = fuzz_settings_of(EXAMPLES)
 
 
 @fuzz_settings

@@ -88,7 +88,8 @@ async def test_max_tokens_stop_reason(client: httpx.AsyncClient) -> None:
 
 async def test_thinking_blocks_and_cached_usage() -> None:
     engine = StepEngine(THINK_THEN_ANSWER)
-    message = (await post(engine, body(thinking={"type": "enabled", "budget_tokens": 1024}))).json()
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    message = (await post(engine, body(thinking=thinking, max_tokens=1025))).json()
     assert message["content"] == [
         {"type": "thinking", "thinking": "Let me think.", "signature": ""},
         {"type": "text", "text": "Hello!"},
@@ -151,7 +152,13 @@ async def test_stream_events_of_thinking_and_text() -> None:
     }
     assert [e["delta"]["text"] for e in events[7:9]] == ["Hello", "!"]
     assert events[10]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
-    assert events[10]["usage"]["output_tokens"] == 4
+    # The final usage has every field of the message's usage, as Anthropic's does.
+    assert events[10]["usage"] == {
+        "output_tokens": 4,
+        "input_tokens": 3,
+        "cache_read_input_tokens": 2,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 async def test_tool_use_whole_and_streamed() -> None:
@@ -425,6 +432,9 @@ BAD_BODIES = [
     (body(tool_choice={"type": "sometimes"}), "tool_choice"),
     (body(thinking={"type": "enabled"}), "budget_tokens"),
     (body(thinking={"type": "maybe"}), "thinking"),
+    # Anthropic's bounds on the budget: at least 1024, less than max_tokens.
+    (body(thinking={"type": "enabled", "budget_tokens": 1023}), "budget_tokens"),
+    (body(thinking={"type": "enabled", "budget_tokens": 1024}), "less than `max_tokens` (16)"),
     (body(output_config={"effort": "extreme"}), "effort"),
     (body(metadata={"user_id": 5}), "user_id"),
     (body(tools=[WEATHER_TOOL, WEATHER_TOOL]), "Duplicate"),
@@ -444,7 +454,8 @@ async def test_bad_input_to_count_tokens(
     client: httpx.AsyncClient, payload: dict[str, Any], named: str
 ) -> None:
     response = await client.post(URL + "/count_tokens", json=payload)
-    if named in ("max_tokens", "temperature", "top_k", "stop_sequences", "user_id"):
+    fields = ("max_tokens", "temperature", "top_k", "stop_sequences", "user_id")
+    if named in fields or "max_tokens`" in named:
         assert response.status_code == 200  # fields count_tokens does not take
     else:
         _anthropic_error(response, 400, "invalid_request_error")

@@ -1,6 +1,6 @@
 """The deferred-work tests use the tenancy tests' databases: a real SQLite file and a
 real PostgreSQL server."""
 
-from tests.unit.app.tenancy.conftest import database, pg_server
+from tests.unit.app.tenancy.conftest import database
 
-__all__ = ["database", "pg_server"]
+__all__ = ["database"]

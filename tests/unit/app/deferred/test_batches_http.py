@@ -78,6 +78,13 @@ async def until(
     raise AssertionError("the batch did not get there")
 
 
+async def validated(runner: DeferredRunner) -> None:
+    """One tick that validates the batches created, starting none of their lines."""
+    concurrency, runner.concurrency = runner.concurrency, 0
+    await runner.step()
+    runner.concurrency = concurrency
+
+
 async def status_of(http: httpx.AsyncClient, secret: str, batch_id: str) -> dict[str, Any]:
     response = await http.get(f"/v1/batches/{batch_id}", headers=bearer(secret))
     assert response.status_code == 200, response.text
@@ -108,7 +115,11 @@ async def test_a_batch_answers_each_line_as_its_endpoint_would(
         lines = [chat_line(f"req-{i}") for i in range(4)]
         lines.append(chat_line("bad", max_tokens=0))  # the endpoint answers 400
         batch = await create(http, secret, await upload(http, key_id, lines))
-        assert batch["status"] == "in_progress" and batch["request_counts"]["total"] == 5
+        assert batch["status"] == "validating" and batch["request_counts"]["total"] == 0
+        await runner_of(http).step()  # the runner validates the file: the lines are written
+        validated = await status_of(http, secret, batch["id"])
+        assert validated["status"] == "in_progress" and validated["in_progress_at"]
+        assert validated["request_counts"]["total"] == 5
         done = await finished(http, secret, batch)
         assert done["status"] == "completed", done
         assert done["request_counts"] == {"total": 5, "completed": 4, "failed": 1}
@@ -192,22 +203,38 @@ async def test_bad_requests_are_clear_errors(database: AsyncEngine, tmp_path: Pa
         for query in ("limit=0", "limit=101", "limit=x"):
             response = await http.get(f"/v1/batches?{query}", headers=bearer(secret))
             assert response.status_code == 400 and response.json()["error"]["param"] == "limit"
-        # The key may not use the line's model: the batch fails, saying which line.
-        failed = await create(http, secret, file_id)
-        assert failed["status"] == "failed"
+        # The key may not use the line's model: validation fails the batch, saying which
+        # line, in OpenAI's `errors` object.
+        failed = await finished(http, secret, await create(http, secret, file_id))
+        assert failed["status"] == "failed" and failed["failed_at"]
+        assert failed["errors"]["object"] == "list"
         [error] = failed["errors"]["data"]
         assert error["code"] == "model_not_found" and error["line"] == 1
+        assert error["param"] == "body.model"
+        assert failed["request_counts"] == {"total": 0, "completed": 0, "failed": 0}
         dup = await upload(http, key_id, [chat_line("x", model="other")] * 2)
-        [error] = (await create(http, secret, dup))["errors"]["data"]
+        failed = await finished(http, secret, await create(http, secret, dup))
+        [error] = failed["errors"]["data"]
         assert error["code"] == "duplicate_custom_id" and error["line"] == 2
 
 
 async def test_cancel_ends_the_lines_not_run(database: AsyncEngine, tmp_path: Path) -> None:
     async with keyed_app(database, tmp_path / "spool.jsonl") as (http, tenancy):
         key_id, secret = await new_key(tenancy)
-        batch = await create(
-            http, secret, await upload(http, key_id, [chat_line("a"), chat_line("b")])
-        )
+        file_id = await upload(http, key_id, [chat_line("a"), chat_line("b")])
+        # Cancelled while validating: no line was written, none is reported.
+        early = await create(http, secret, file_id)
+        response = await http.post(f"/v1/batches/{early['id']}/cancel", headers=bearer(secret))
+        assert response.status_code == 200 and response.json()["status"] == "cancelling"
+        done = await finished(http, secret, early)
+        assert done["status"] == "cancelled" and done["request_counts"]["total"] == 0
+        assert done["output_file_id"] is None and done["error_file_id"] is None
+
+        batch = await create(http, secret, file_id)
+        runner = runner_of(http)
+        runner.concurrency = 0  # validated, but no line starts
+        await runner.step()
+        assert (await status_of(http, secret, batch["id"]))["status"] == "in_progress"
         response = await http.post(f"/v1/batches/{batch['id']}/cancel", headers=bearer(secret))
         assert response.status_code == 200 and response.json()["status"] == "cancelling"
         done = await finished(http, secret, batch)
@@ -229,6 +256,7 @@ async def test_expiry_keeps_what_completed(database: AsyncEngine, tmp_path: Path
         batch = await create(
             http, secret, await upload(http, key_id, [chat_line(f"r{i}") for i in range(3)])
         )
+        await validated(runner)
         # One line runs and is answered; then the window ends with two not run.
         [line] = await runner.store.claim(batch["id"], runner.replica, 1, 60)
         job = await runner.store.get(batch["id"])
@@ -261,6 +289,7 @@ async def test_a_dead_replicas_lines_are_answered_once(
         batch = await create(
             http, secret, await upload(http, key_id, [chat_line(f"r{i}") for i in range(4)])
         )
+        await validated(runner)
         job = await runner.store.get(batch["id"])
         assert job is not None
         dead = await runner.store.claim(batch["id"], "dead-replica", 2, 60)
@@ -405,16 +434,21 @@ async def test_operators_see_every_batch_and_the_metrics(
         assert completion and float(completion[0].split()[-1]) > 0
 
 
-async def test_few_lines_start_while_interactive_requests_run(
+async def test_an_arriving_interactive_request_cuts_lines_over_the_limit(
     database: AsyncEngine, tmp_path: Path
 ) -> None:
+    """Through the real admission controller: the request's arrival cuts the newest
+    lines over `beside_interactive` before it reaches the engine; no line starts while
+    it runs, and once the hysteresis is over lines fill the concurrency again."""
     engine = ScriptedEngine(tokens=["x"] * 100, token_delay_s=0.01)
     async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
         admission = provided(http.app, "admission")
         key_id, secret = await new_key(tenancy)
         runner = runner_of(http)
+        runner.beside_interactive = 1
         lines = [chat_line(f"r{i}", max_tokens=100) for i in range(8)]
         batch = await create(http, secret, await upload(http, key_id, lines))
+        await until(runner, lambda: _running_at_least(runner, 3))
         body = {
             "model": "scripted",
             "max_tokens": 60,
@@ -423,11 +457,19 @@ async def test_few_lines_start_while_interactive_requests_run(
         interactive = asyncio.create_task(http.post(CHAT, json=body, headers=bearer(secret)))
         while admission.interactive_running() < 1:
             await asyncio.sleep(0.01)
+        live = [r for r in runner.running.values() if not r.task.cancelling()]
+        assert len(live) == 1
         for _ in range(5):
             await runner.step()
-        assert len(runner.running) == runner.beside_interactive == 2
+            assert sum(not r.task.cancelling() for r in runner.running.values()) <= 1
         assert (await interactive).status_code == 200
+        assert runner.stats.cut >= 2
+        runner.resume_after_s = 0.0  # the hysteresis: tests/unit/app/deferred/test_runner_policy
         await runner.step()
-        assert len(runner.running) > 2  # alone again: up to the concurrency flag
+        assert len(runner.running) > 1  # alone again: up to the concurrency flag
         done = await finished(http, secret, batch)
-        assert done["request_counts"]["completed"] == 8
+        assert done["request_counts"] == {"total": 8, "completed": 8, "failed": 0}
+
+
+async def _running_at_least(runner: DeferredRunner, count: int) -> bool:
+    return len(runner.running) >= count

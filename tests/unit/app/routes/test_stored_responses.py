@@ -191,7 +191,7 @@ async def test_bad_listing_queries_are_400s(
     assert error["param"] == param and error["type"] == "invalid_request_error"
 
 
-async def test_streaming_a_stored_response_is_a_400_for_now(
+async def test_streaming_a_response_not_made_in_the_background_is_a_400(
     database: AsyncEngine, tmp_path: Path
 ) -> None:
     async with two_keys(database, tmp_path) as (http, store, (a_id, a_secret), _):

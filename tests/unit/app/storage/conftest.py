@@ -1,6 +1,6 @@
 """The tenancy tests' databases, on both backends: a real SQLite file and a real
-PostgreSQL server (one per test session, a database per test)."""
+PostgreSQL server (the session's one, a database per test)."""
 
-from tests.unit.app.tenancy.conftest import database, pg_server
+from tests.unit.app.tenancy.conftest import database
 
-__all__ = ["database", "pg_server"]
+__all__ = ["database"]

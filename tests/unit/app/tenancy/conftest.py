@@ -1,26 +1,16 @@
 """A fresh, migrated keys database per test, on both backends: a real SQLite file and a
-real PostgreSQL server (one per test session, a database per test)."""
+real PostgreSQL server (the session's one, tests/conftest.py: a database per test)."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.db import async_url, open_database
-from tests.postgres import TempPostgres, start_postgres
-
-_numbers = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[TempPostgres]:
-    pg = start_postgres()
-    yield pg
-    pg.stop()
+from app.tenancy.db import open_database
+from tests.postgres import TempPostgres
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -29,12 +19,7 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         url = f"sqlite:///{tmp_path}/lilac.db"
     else:
         pg: TempPostgres = request.getfixturevalue("pg_server")
-        name = f"t{next(_numbers)}"
-        admin = create_async_engine(async_url(pg.url()), isolation_level="AUTOCOMMIT")
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql(f"CREATE DATABASE {name}")
-        await admin.dispose()
-        url = pg.url(name)
+        url = await pg.new_database()
     engine = await open_database(url)
     yield engine
     await engine.dispose()

@@ -6,20 +6,17 @@ advisory lock; a flock beside a SQLite file)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import multiprocessing
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import pytest
 from alembic.script import ScriptDirectory
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.tenancy.db import alembic_config, async_url, create_engine, open_database
+from app.tenancy.db import alembic_config, create_engine, open_database
 from tests.postgres import TempPostgres
 
 REPLICAS = 4
-_numbers = itertools.count()
 
 
 def _replica(url: str, barrier: Barrier) -> None:
@@ -33,20 +30,12 @@ def _replica(url: str, barrier: Barrier) -> None:
     asyncio.run(start())
 
 
-async def _fresh_postgres(pg: TempPostgres) -> str:
-    name = f"m{next(_numbers)}"
-    admin = create_async_engine(async_url(pg.url()), isolation_level="AUTOCOMMIT")
-    async with admin.connect() as conn:
-        await conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    await admin.dispose()
-    return pg.url(name)
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/lilac.db"
-    return await _fresh_postgres(request.getfixturevalue("pg_server"))
+    pg: TempPostgres = request.getfixturevalue("pg_server")
+    return await pg.new_database("m")
 
 
 async def test_four_replicas_starting_at_once_all_come_up(fresh_url: str) -> None:

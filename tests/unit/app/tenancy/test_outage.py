@@ -13,7 +13,7 @@ import httpx
 
 from app.tenancy.db import create_engine, open_database
 from app.tenancy.keys import KeyStore, new_secret
-from tests.postgres import start_postgres
+from tests.postgres import TempPostgres
 from tests.unit.app.tenancy.helpers import URL, bearer, chat, keyed_app, new_key
 
 OUTAGE_S = 3.0
@@ -25,25 +25,26 @@ def assert_unavailable(response: httpx.Response) -> None:
     assert int(response.headers["retry-after"]) >= 1
 
 
-async def test_cached_keys_are_trusted_for_a_bounded_time(tmp_path: Path) -> None:
-    pg = start_postgres()  # its own server: this test stops it
-    try:
-        database = await open_database(pg.url())
-        async with keyed_app(database, tmp_path / "spool.jsonl", outage_s=OUTAGE_S) as (
-            http,
-            tenancy,
-        ):
-            _, good = await new_key(tenancy)
-            revoked_id, revoked = await new_key(tenancy)
-            for secret in (good, revoked):
-                seen = await http.post(URL, json=chat(), headers=bearer(secret))
-                assert seen.status_code == 200
-            confirmed = time.monotonic()
-            replica = create_engine(pg.url())  # another replica revokes, nobody tells us
-            await KeyStore(replica).revoke(revoked_id)
-            await replica.dispose()
+async def test_cached_keys_are_trusted_for_a_bounded_time(
+    tmp_path: Path, pg_server: TempPostgres
+) -> None:
+    url = await pg_server.new_database("outage")
+    database = await open_database(url)
+    async with keyed_app(database, tmp_path / "spool.jsonl", outage_s=OUTAGE_S) as (
+        http,
+        tenancy,
+    ):
+        _, good = await new_key(tenancy)
+        revoked_id, revoked = await new_key(tenancy)
+        for secret in (good, revoked):
+            seen = await http.post(URL, json=chat(), headers=bearer(secret))
+            assert seen.status_code == 200
+        confirmed = time.monotonic()
+        replica = create_engine(url)  # another replica revokes, nobody tells us
+        await KeyStore(replica).revoke(revoked_id)
+        await replica.dispose()
 
-            pg.halt()
+        with pg_server.outage():
             await asyncio.sleep(1.1)  # past the cache's second: every lookup fails now
             trusted = await http.post(URL, json=chat(), headers=bearer(good))
             assert trusted.status_code == 200, trusted.text
@@ -53,12 +54,9 @@ async def test_cached_keys_are_trusted_for_a_bounded_time(tmp_path: Path) -> Non
             assert_unavailable(await http.post(URL, json=chat(), headers=bearer(good)))
             assert_unavailable(await http.post(URL, json=chat(), headers=bearer(revoked)))
 
-            pg.resume()
-            back = await http.post(URL, json=chat(), headers=bearer(good))
-            assert back.status_code == 200, back.text
-            refused = await http.post(URL, json=chat(), headers=bearer(revoked))
-            assert refused.status_code == 401
-            assert refused.json()["error"]["code"] == "invalid_api_key"
-        await database.dispose()
-    finally:
-        pg.stop()
+        back = await http.post(URL, json=chat(), headers=bearer(good))
+        assert back.status_code == 200, back.text
+        refused = await http.post(URL, json=chat(), headers=bearer(revoked))
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "invalid_api_key"
+    await database.dispose()

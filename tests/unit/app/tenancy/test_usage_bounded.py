@@ -274,3 +274,34 @@ async def test_a_locked_database_spools_rows_and_sets_none_aside(tmp_path: Path)
     assert sorted(r.request_id for r in await usage_rows(engine)) == ["l-0", "l-1", "l-2"]
     assert not writer.spool.exists()
     await engine.dispose()
+
+
+def test_the_writer_has_its_own_connection_only_to_a_sqlite_file(tmp_path: Path) -> None:
+    """Usage rows go through the writer's own connection to a SQLite file (one thread
+    hand-over per group commit); an in-memory database or a URL with options keeps
+    SQLAlchemy's engine, which alone reaches that database."""
+    from app.tenancy.db import create_engine
+    from app.tenancy.usage_sqlite import direct_path
+
+    assert direct_path(create_engine(f"sqlite:///{tmp_path}/lilac.db")) == tmp_path / "lilac.db"
+    assert direct_path(create_engine("sqlite:///:memory:")) is None
+    assert direct_path(create_engine(f"sqlite:///{tmp_path}/lilac.db?mode=ro")) is None
+    assert direct_path(create_engine("postgresql://u@localhost/db")) is None
+
+
+async def test_a_replaced_database_gets_a_new_direct_connection(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """The writer follows `writer.database` (an operator's tool, a test, swapping it):
+    rows never go to the file of an engine it no longer holds."""
+    from app.tenancy.db import open_database
+
+    writer = UsageWriter(database, tmp_path / "usage-spool.jsonl")
+    await writer.write(record("first"))
+    other = await open_database(f"sqlite:///{tmp_path}/other.db")
+    writer.database = other
+    await writer.write(record("second"))
+    await writer.close()
+    assert [r.request_id for r in await usage_rows(database)] == ["first"]
+    assert [r.request_id for r in await usage_rows(other)] == ["second"]
+    await other.dispose()

@@ -89,3 +89,36 @@ def test_the_cpu_keeps_chunked_prefill_and_names_the_seed_safe_worker(tmp_path) 
     assert args.worker_cls == SEED_SAFE_CPU_WORKER
     # The name the engine core imports is a real CPU worker.
     assert issubclass(resolve_obj_by_qualname(SEED_SAFE_CPU_WORKER), CPUWorker)
+
+
+def test_the_engine_schedules_by_priority(tmp_path) -> None:
+    """Deferred requests carry a priority past every interactive one (see
+    tests/unit/engine/test_protocol_priority.py): vLLM orders by it only under this policy."""
+    assert engine_args(EngineConfig(str(tmp_path), ("m",))).scheduling_policy == "priority"
+
+
+def test_scheduler_limits_reach_vllm_only_when_set(tmp_path) -> None:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    args = engine_args(EngineConfig(str(tmp_path), ("m",)))
+    defaults = AsyncEngineArgs(model=str(tmp_path))
+    assert args.max_num_batched_tokens == defaults.max_num_batched_tokens
+    assert args.max_num_seqs == defaults.max_num_seqs
+    assert args.enable_prefix_caching == defaults.enable_prefix_caching
+    config = EngineConfig(
+        str(tmp_path),
+        ("m",),
+        max_num_batched_tokens=1024,
+        max_num_seqs=64,
+        long_prefill_token_threshold=256,
+        enable_prefix_caching=False,
+    )
+    args = engine_args(config)
+    assert (args.max_num_batched_tokens, args.max_num_seqs) == (1024, 64)
+    assert args.long_prefill_token_threshold == 256 and args.enable_prefix_caching is False
+
+
+def test_the_grammar_compile_limit_is_five_seconds_with_the_warm_up_on(tmp_path) -> None:
+    config = EngineConfig(str(tmp_path), ("m",))
+    assert config.grammar_compile_timeout_s == 5.0 and config.grammar_warmup

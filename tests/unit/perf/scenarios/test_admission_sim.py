@@ -59,3 +59,19 @@ def test_a_flood_of_many_prompt_requests_refuses_nobody_else() -> None:
     assert result.others_refused == 0
     assert result.refused_with_nothing_queued == 0
     assert result.completed > 0
+
+
+def test_batch_lines_fill_spare_capacity_without_touching_interactive_requests() -> None:
+    from perf.scenarios.admission_sim import BatchDemand
+
+    demand = BatchDemand(batches=((0.0, 5000),), output_tokens=(100, 200))
+    alone, beside = run(BASE), simulate(BASE, OWNER, WORK, seed=3, duration_s=2400.0, batch=demand)
+    # The interactive requests are served exactly as without batches.
+    for name in ("completed", "rejected", "served_tokens", "drained", "yields"):
+        assert getattr(beside, name) == getattr(alone, name), name
+    assert beside.batch_lines > 0 and beside.batch_tokens > 0
+    # The owner's reclaim cut the lines running then; they ran again, none was lost.
+    assert beside.batch_cut > 0
+    assert beside.batch_lines + beside.batch_left == 5000
+    # Only while lent: no more interference than the interactive requests cause.
+    assert beside.interference_s <= BASE.grace_s + BASE.probe_interval_s + 0.5

@@ -1,0 +1,173 @@
+"""The runner's policy beside interactive requests, with a scripted capacity and a real
+store (both databases): an arriving interactive request cuts the lines over what may run
+beside it (pending again, neither billed nor failed), no line starts while interactive
+requests run or for `resume_after_s` after, and then lines fill the concurrency again."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.deferred.runner import Answer, DeferredRunner
+from app.deferred.store import ANSWERED, PENDING, RUNNING, Job, Line, LineCounts
+from tests.unit.app.deferred.test_store import Clock, job, record, store_of, usage_count
+
+
+@dataclass
+class ScriptedCapacity:
+    """Admission as the runner sees it, set by the test."""
+
+    interactive: int = 0
+    waiting: bool = False
+    open: bool = True
+    room: int = 100
+
+    def admitting(self) -> bool:
+        return self.open
+
+    def deferred_room(self) -> int:
+        return self.room if self.open else 0
+
+    def deferred_running(self) -> int:
+        return 0
+
+    def interactive_running(self) -> int:
+        return self.interactive
+
+    def interactive_waiting(self) -> bool:
+        return self.waiting
+
+
+class HeldLines:
+    """Lines that run until the test lets them finish."""
+
+    kind = "batch"
+    active_states: tuple[str, ...] = ("in_progress",)
+    runnable_states: tuple[str, ...] = ("in_progress",)
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.started: list[int] = []
+
+    async def run(self, job: Job, line: Line) -> Answer:
+        self.started.append(line.seq)
+        await self.go.wait()
+        return Answer(f'{{"seq": {line.seq}}}', True, record(f"r{line.seq}"))
+
+    async def tend(self, job: Job, counts: LineCounts) -> None:
+        return None
+
+
+async def _setup(
+    database: AsyncEngine, lines: int = 6
+) -> tuple[DeferredRunner, ScriptedCapacity, HeldLines, Clock]:
+    clock = Clock()
+    store = store_of(database, clock)
+    await store.create(job(), [f'{{"n": {i}}}' for i in range(lines)])
+    capacity = ScriptedCapacity()
+    handler = HeldLines()
+    runner = DeferredRunner(
+        store,
+        capacity,
+        [handler],
+        replica="r1",
+        concurrency=4,
+        beside_interactive=1,
+        resume_after_s=2.0,
+        jobs_every_s=0.0,
+        clock=clock,
+    )
+    return runner, capacity, handler, clock
+
+
+async def _settle(runner: DeferredRunner) -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+    await runner.drain_lines([r.task for r in runner.running.values() if r.task.cancelling()])
+
+
+async def test_an_arriving_interactive_request_cuts_the_newest_lines(
+    database: AsyncEngine,
+) -> None:
+    runner, capacity, handler, clock = await _setup(database)
+    await runner.step()
+    assert len(runner.running) == 4
+    await asyncio.sleep(0)
+    oldest = min(runner.running.values(), key=lambda r: r.started).line.seq
+    runner.interactive_arrived()  # what admission calls as the request is offered
+    await _settle(runner)
+    assert [r.line.seq for r in runner.running.values()] == [oldest]
+    assert runner.stats.cut == 3
+    counts = (await runner.store.counts(["batch_a"]))["batch_a"]
+    assert counts.by_state == {PENDING: 5, RUNNING: 1}  # cut lines are pending, not failed
+    assert await usage_count(database) == 0  # and not billed
+
+    # While interactive requests run, and for resume_after_s after, nothing new starts.
+    capacity.interactive = 2
+    for _ in range(3):
+        await runner.step()
+    assert len(runner.running) == 1
+    capacity.interactive = 0
+    clock.now += 1.0
+    await runner.step()
+    assert len(runner.running) == 1, "resumed before the hysteresis"
+    clock.now += 1.5
+    await runner.step()
+    assert len(runner.running) == 4
+
+    handler.go.set()
+    for _ in range(10):
+        await runner.step()
+        await runner.drain_lines()
+    counts = (await runner.store.counts(["batch_a"]))["batch_a"]
+    assert counts.by_state == {ANSWERED: 6}
+    assert await usage_count(database) == 6  # each line billed once, cut or not
+
+
+async def test_a_steady_interactive_load_keeps_lines_out(database: AsyncEngine) -> None:
+    """Gaps shorter than resume_after_s between interactive requests let no line in."""
+    runner, capacity, handler, clock = await _setup(database)
+    runner.beside_interactive = 0
+    for _ in range(10):
+        capacity.interactive = 1
+        await runner.step()
+        assert not runner.running
+        capacity.interactive = 0
+        clock.now += 0.5
+        await runner.step()
+        assert not runner.running
+    clock.now += 2.0
+    await runner.step()
+    assert len(runner.running) == 4
+    await asyncio.sleep(0)
+    assert len(handler.started) == 4
+    await runner.cut_all()
+
+
+async def test_the_tick_cuts_lines_when_an_interactive_request_is_seen_running(
+    database: AsyncEngine,
+) -> None:
+    """Without the admission hook (another path into the engine), the next tick cuts."""
+    runner, capacity, _, _ = await _setup(database)
+    runner.beside_interactive = 0
+    await runner.step()
+    assert len(runner.running) == 4
+    capacity.interactive = 1
+    await runner.step()
+    await _settle(runner)
+    assert not runner.running and runner.stats.cut == 4
+    counts = (await runner.store.counts(["batch_a"]))["batch_a"]
+    assert counts.by_state == {PENDING: 6}
+
+
+async def test_a_reclaim_cuts_every_line(database: AsyncEngine) -> None:
+    runner, capacity, _, _ = await _setup(database)
+    await runner.step()
+    capacity.open = False
+    await runner.step()
+    await _settle(runner)
+    assert not runner.running
+    counts = (await runner.store.counts(["batch_a"]))["batch_a"]
+    assert counts.by_state == {PENDING: 6}

@@ -1,0 +1,153 @@
+"""Validation of a batch's input file by the runner, on both databases: a batch is
+created `validating` with no line; the runner checks the file and writes the lines with
+the move to `in_progress` in one transaction, so a replica stopped mid-validation leaves
+nothing half written, and after a restart the validation is done again and completes;
+another replica waits for the lease of the one validating."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.deferred.runner import DeferredRunner
+from app.deferred.store import DeferredStore
+from app.schemas.batches import BatchCreate
+from app.services.batch_jobs import BatchJobs
+from app.services.batch_lines import LineRunner
+from app.services.batch_validation import VALIDATE_LEASE_S
+from app.services.batches import BatchService
+from app.storage.database import TenantDatabase
+from app.storage.files import FileStore
+from tests.unit.app.deferred.test_runner_policy import ScriptedCapacity
+from tests.unit.app.deferred.test_store import Clock
+
+CHAT = "/v1/chat/completions"
+LINES = 40
+
+
+class PausedFiles:
+    """The real file store, whose reads stop after `after` lines until `go` is set (a
+    replica busy validating a large file when it is stopped)."""
+
+    def __init__(self, files: FileStore, after: int) -> None:
+        self.files = files
+        self.after = after
+        self.go = asyncio.Event()
+        self.read = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.files, name)  # the rest of the file store, as it is
+
+    async def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]:
+        async for line in self.files.lines(owner, file_id):
+            if self.read == self.after:
+                await self.go.wait()
+            self.read += 1
+            yield line
+
+
+def _line(i: int) -> bytes:
+    body = {"model": "m", "messages": [{"role": "user", "content": str(i)}]}
+    return json.dumps({"custom_id": f"c{i}", "method": "POST", "url": CHAT, "body": body}).encode()
+
+
+def _runner(store: DeferredStore, files: object, replica: str, clock: Clock) -> DeferredRunner:
+    handler = BatchJobs(store, files, LineRunner({}), None, replica)  # type: ignore[arg-type]
+    return DeferredRunner(
+        store, ScriptedCapacity(), [handler], replica=replica, concurrency=0,
+        jobs_every_s=0.0, clock=clock,
+    )  # fmt: skip
+
+
+async def _setup(database: AsyncEngine) -> tuple[DeferredStore, FileStore, str, Clock]:
+    clock = Clock()
+    url = database.url.render_as_string(hide_password=False)
+    tenant = TenantDatabase(url, database)
+    store = DeferredStore(tenant, clock)
+    files = FileStore(tenant)
+    content = b"\n".join(_line(i) for i in range(LINES)) + b"\n"
+    file = await files.create("anonymous", "batch", "in.jsonl", content)
+    batch = await BatchService(store, files).create(
+        BatchCreate(input_file_id=file.id, endpoint=CHAT, completion_window="24h"), None
+    )
+    assert batch.status == "validating" and batch.request_counts.total == 0
+    return store, files, batch.id, clock
+
+
+async def test_a_restart_mid_validation_validates_again(database: AsyncEngine) -> None:
+    store, files, batch_id, clock = await _setup(database)
+    paused = PausedFiles(files, after=LINES // 2)
+    first = _runner(store, paused, "r1", clock)
+    await first.step()  # the validation starts, reads half the file, waits
+    assert paused.read == LINES // 2
+    job = await store.get(batch_id)
+    assert job is not None and job.state == "validating"
+    assert (await store.counts([batch_id]))[batch_id].total == 0  # nothing half written
+    await first.close()  # stopped mid-validation (SIGTERM; kill -9 leaves the same rows)
+
+    # Another replica waits for the lease the first took on the job.
+    other = _runner(store, files, "r2", clock)
+    await other.step()
+    job = await store.get(batch_id)
+    assert job is not None and job.state == "validating"
+
+    # The restarted replica (same name) validates again, from the start, and completes.
+    restarted = _runner(store, files, "r1", clock)
+    await restarted.step()
+    job = await store.get(batch_id)
+    assert job is not None and job.state == "in_progress", job
+    assert {"validating", "in_progress"} <= set(job.stamps)
+    counts = (await store.counts([batch_id]))[batch_id]
+    assert counts.by_state == {"pending": LINES}
+    bodies = [body async for _, _, body, _, _ in store.finished_lines(batch_id)]
+    assert [json.loads(body)["custom_id"] for body in bodies] == [f"c{i}" for i in range(LINES)]
+
+    # Validated once: a later tick of the other replica (its lease over) writes nothing.
+    clock.now += VALIDATE_LEASE_S + 1
+    await other.step()
+    assert (await store.counts([batch_id]))[batch_id].total == LINES
+
+
+async def test_a_dead_validators_lease_runs_out(database: AsyncEngine) -> None:
+    store, files, batch_id, clock = await _setup(database)
+    paused = PausedFiles(files, after=3)
+    dead = _runner(store, paused, "dead", clock)
+    await dead.step()
+    await dead.close()
+    clock.now += VALIDATE_LEASE_S + 1
+    survivor = _runner(store, files, "r2", clock)
+    await survivor.step()
+    job = await store.get(batch_id)
+    assert job is not None and job.state == "in_progress"
+    assert (await store.counts([batch_id]))[batch_id].total == LINES
+
+
+async def test_a_file_that_fails_validation_fails_the_batch_as_openai(
+    database: AsyncEngine,
+) -> None:
+    clock = Clock()
+    url = database.url.render_as_string(hide_password=False)
+    tenant = TenantDatabase(url, database)
+    store, files = DeferredStore(tenant, clock), FileStore(tenant)
+    wrong_url = json.loads(_line(1))
+    wrong_url["url"] = "/v1/completions"
+    content = b"\n".join([_line(0), _line(0), json.dumps(wrong_url).encode(), b"{}"])
+    file = await files.create("anonymous", "batch", "in.jsonl", content)
+    batch = await BatchService(store, files).create(
+        BatchCreate(input_file_id=file.id, endpoint=CHAT, completion_window="24h"), None
+    )
+    await _runner(store, files, "r1", clock).step()
+    job = await store.get(batch.id)
+    assert job is not None and job.state == "failed" and "failed" in job.stamps
+    assert job.result is not None
+    errors = [(e["code"], e.get("param"), e["line"]) for e in job.result["errors"]]
+    assert errors == [
+        ("duplicate_custom_id", "custom_id", 2),
+        ("mismatched_url", "url", 3),
+        ("invalid_json_line", None, 4),
+    ]
+    assert (await store.counts([batch.id]))[batch.id].total == 0
