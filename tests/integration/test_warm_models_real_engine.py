@@ -181,7 +181,28 @@ async def test_a_model_sleeps_after_keep_alive_and_a_request_wakes_it(
 async def test_concurrent_requests_share_one_wake(http: AppClient, pool: ModelPool) -> None:
     await pool.sleep(second(pool))
     wakes, waiters = second(pool).wakes, second(pool).waiters
-    responses = await asyncio.gather(*(http.post(URL, json=body(SECOND)) for _ in range(8)))
+    # A CPU wake is an unpause that ends in milliseconds, so the wake is held until all
+    # eight have arrived: otherwise a late one finds the model awake and never waits.
+    inner, arrived = pool.sleeper, asyncio.Event()
+
+    class HeldSleeper:
+        def __getattr__(self, name: str) -> object:
+            return getattr(inner, name)
+
+        async def wake(self, engine: object) -> None:
+            await arrived.wait()
+            await inner.wake(engine)  # type: ignore[arg-type]
+
+    pool.sleeper = HeldSleeper()  # type: ignore[assignment]
+    try:
+        sent = [asyncio.create_task(http.post(URL, json=body(SECOND))) for _ in range(8)]
+        deadline = time.monotonic() + 30
+        while second(pool).waiters < waiters + 8 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        arrived.set()
+        responses = await asyncio.gather(*sent)
+    finally:
+        pool.sleeper = inner
     assert [r.status_code for r in responses] == [200] * 8
     assert (second(pool).wakes, second(pool).waiters) == (wakes + 1, waiters + 8)
     assert second(pool).engine.unfinished_requests() == 0
