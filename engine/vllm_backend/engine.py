@@ -44,8 +44,7 @@ from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
 from engine.vllm_backend.encoding import Encode, encoder
 from engine.vllm_backend.grammar_gate import GrammarGate, constraint_param
-from engine.vllm_backend.grammar_warmup import skeletons as grammar_skeletons
-from engine.vllm_backend.grammar_warmup import warm_engine_core
+from engine.vllm_backend.grammar_warmup import warm_grammars
 from engine.vllm_backend.logprobs import convert_prompt_logprobs, prompt_token_texts
 from engine.vllm_backend.outputs import (
     OutputConversion,
@@ -108,21 +107,9 @@ class VLLMEngine:
         self.bind_family(self._config.family_record, self._config.chat_template)
         self._grammar_gate = await asyncio.to_thread(self._build_gate, self._model.vocab_size)
         if self._config.grammar_warmup:
-            await self._warm_grammars(llm)
+            eos = self._tokenizer.eos_token_id or 0
+            await warm_grammars(llm, self._tool_parser, eos, self._grammar_gate)
         self._llm = llm
-
-    async def _warm_grammars(self, llm: Any) -> None:
-        """The bounded strings every tool call and response format holds, compiled in
-        the gate and in the engine core at once (engine.vllm_backend.grammar_warmup)."""
-        specs = await asyncio.to_thread(grammar_skeletons, self._tool_parser)
-        token_id = self._tokenizer.eos_token_id or 0
-        jobs = [warm_engine_core(llm, specs, token_id)]
-        gate = self._grammar_gate
-        if gate is not None and gate.timeout_s > 0:
-            jobs.append(asyncio.to_thread(gate.warm, specs))
-        started = time.perf_counter()
-        await asyncio.gather(*jobs)
-        log.info("grammar warm-up took %.1f s", time.perf_counter() - started)
 
     def _build_gate(self, vocab_size: int | None) -> GrammarGate | None:
         try:

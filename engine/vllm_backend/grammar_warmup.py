@@ -24,12 +24,17 @@ compile's precomputation is what makes decoding cheap, so it is paid once instea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineRequestError
 from engine.schema_bounds import DEFAULT_CAPS
+
+if TYPE_CHECKING:
+    from engine.vllm_backend.grammar_gate import GrammarGate
 
 log = logging.getLogger("lilac.engine")
 
@@ -82,3 +87,17 @@ async def warm_engine_core(llm: Any, specs: list[Any], token_id: int) -> None:
             log.warning("grammar warm-up request failed", exc_info=True)
 
     await asyncio.gather(*(one(i, spec) for i, spec in enumerate(specs)))
+
+
+async def warm_grammars(
+    llm: Any, tool_parser: str, token_id: int, gate: GrammarGate | None
+) -> None:
+    """The bounded strings every tool call and response format holds, compiled in the
+    gate's compiler and in the engine core's at once."""
+    specs = await asyncio.to_thread(skeletons, tool_parser)
+    jobs = [warm_engine_core(llm, specs, token_id)]
+    if gate is not None and gate.timeout_s > 0:
+        jobs.append(asyncio.to_thread(gate.warm, specs))
+    started = time.perf_counter()
+    await asyncio.gather(*jobs)
+    log.info("grammar warm-up took %.1f s", time.perf_counter() - started)
