@@ -17,7 +17,8 @@ from app.routes.deps import BackgroundDep, ResponsesDep, ResponseStoreDep, Tenan
 from app.routes.event_stream import EventStream
 from app.routes.respond import SSE_HEADERS, respond
 from app.schemas.responses import InputItem, ResponsesRequest, responses_request_decoder
-from app.services.responses_background import as_key, converted, history
+from app.services.deferred_lines import as_key
+from app.services.responses_background import converted, history
 from app.services.responses_request import ResponsesChatRequest
 from app.services.responses_sealing import ReasoningSeal
 from app.storage.database import owner_of

@@ -33,9 +33,10 @@ from app.schemas.responses_output import (
     ResponseErrorBody,
     ResponseFailed,
 )
+from app.services.deferred_lines import LineMeter, usage_record
 from app.services.response_events import EventHub, EventRecorder, OverBound, frame_response
 from app.services.responses import ResponsesService
-from app.services.responses_background import LineMeter, line_request, usage_record
+from app.services.responses_background import ENDPOINT, line_request
 from app.services.responses_output import ResponsesGeneration, event_frame
 from app.services.streaming import SSEBody
 from app.storage.response_events import EventStore
@@ -177,7 +178,14 @@ class BackgroundResponses:
         response = _response.decode(final)
         await self._finish(job, response)
         outcome = "completed" if response.status in ("completed", "incomplete") else "error"
-        record = usage_record(meter, job.key_id, job.id, model, outcome)
+        record = usage_record(
+            meter,
+            key_id=job.key_id,
+            request_id=job.id,
+            model=model,
+            endpoint=ENDPOINT,
+            outcome=outcome,
+        )
         return Answer(_status(response), outcome == "completed", record)
 
     def _failure(self, exc: BaseException, line: Line) -> APIError:
@@ -207,7 +215,14 @@ class BackgroundResponses:
             recorder.add_final(event_frame(ResponseFailed(response, seq + 1)))
             await recorder.flush()
         await self._finish(job, response)
-        record = usage_record(meter, job.key_id, job.id, model, "error")
+        record = usage_record(
+            meter,
+            key_id=job.key_id,
+            request_id=job.id,
+            model=model,
+            endpoint=ENDPOINT,
+            outcome="error",
+        )
         return Answer(_status(response), False, record)
 
     async def _cancelled(
@@ -221,7 +236,14 @@ class BackgroundResponses:
         response.completed_at = None
         response.incomplete_details = None
         await self._finish(job, response)
-        record = usage_record(meter, job.key_id, job.id, model, "cancelled")
+        record = usage_record(
+            meter,
+            key_id=job.key_id,
+            request_id=job.id,
+            model=model,
+            endpoint=ENDPOINT,
+            outcome="cancelled",
+        )
         return Answer(_status(response), False, record)
 
     async def _finish(self, job: Job, response: Response) -> None:

@@ -14,14 +14,13 @@ refused), since a batch's lines run in no set order."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import msgspec
 
 from app.deferred.runner import Answer, Cut
 from app.deferred.store import Job, Line
-from app.errors import InvalidRequest, ModelNotFound, encode_error, to_api_error
+from app.errors import InvalidRequest, encode_error, to_api_error
 from app.request_body import INLINE_BYTES, decode_checked
 from app.schemas.batches import (
     InputLine,
@@ -33,14 +32,12 @@ from app.schemas.batches import (
 from app.schemas.chat import chat_request_decoder
 from app.schemas.completions import completion_request_decoder
 from app.schemas.responses import responses_request_decoder
-from app.services.admission import clamp_priority
+from app.services.deferred_lines import LineMeter, as_key, usage_record
 from app.services.generation import GenerationService
 from app.services.responses_request import ResponsesChatRequest, chat_request
 from app.services.responses_sealing import ReasoningSeal
-from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import KeyRecord
 from app.tenancy.usage import UsageRecord
-from app.usage_source import UsageSource
 from engine.admission.runtime import DEFERRED_PREFIX
 from engine.offload import off_loop
 
@@ -75,21 +72,6 @@ def line_id(job_id: str, seq: int) -> str:
     return f"batch_req_{job_id.removeprefix('batch_')}_{seq}"
 
 
-class LineMeter:
-    """What `GenerationService.complete` fills in: the generation's usage, whose engine
-    tally is what the line is billed."""
-
-    def __init__(self) -> None:
-        self.usage_source: UsageSource | None = None
-        self.model = ""
-
-    async def finish(self, exc: BaseException | None = None) -> None:
-        """The usage row is written with the line's answer, not here."""
-
-    def abandon(self, exc: BaseException) -> None:
-        """A line cut or failed is billed when (and if) it is answered."""
-
-
 def output_line(
     job_id: str, seq: int, custom_id: str, status: int, request_id: str, body: bytes
 ) -> str:
@@ -120,7 +102,6 @@ class LineRunner:
     async def run(self, job: Job, line: Line, key: KeyRecord | None) -> Answer:
         entry = input_line_decoder.decode(line.body)  # checked when the batch was made
         endpoint = job.payload["endpoint"]
-        started, wall_start = time.monotonic(), time.time()
         meter = LineMeter()
         n = 1
         try:
@@ -147,13 +128,13 @@ class LineRunner:
                 request_id,
                 encode_error(error.body()),
             )
-            record = self._record(job, line, endpoint, meter, n, started, wall_start, "error")
+            record = self._record(job, line, endpoint, meter, n, "error")
             return Answer(result, False, record if generation is not None else None)
         response_id = meter.usage_source.id if meter.usage_source is not None else ""
         result = output_line(
             job.id, line.seq, entry.custom_id, 200, response_id, _encoder.encode(body)
         )
-        record = self._record(job, line, endpoint, meter, n, started, wall_start, "completed")
+        record = self._record(job, line, endpoint, meter, n, "completed")
         return Answer(result, True, record)
 
     async def _request(
@@ -170,45 +151,18 @@ class LineRunner:
             request = decode_checked(bytes(entry.body), DECODERS[endpoint])
         if request.stream:
             raise InvalidRequest("Batch requests cannot be streamed.", param="stream")
-        if key is not None:
-            if not key.limits.allows_model(request.model):
-                raise ModelNotFound(request.model)
-            request.priority = clamp_priority(request.priority, key.limits.priority)
-            request.cache_salt = cache_salt(key, request.cache_salt)
-        else:
-            request.priority = clamp_priority(request.priority)
-        return request
+        return as_key(request, key)
 
     def _record(
-        self,
-        job: Job,
-        line: Line,
-        endpoint: str,
-        meter: LineMeter,
-        n: int,
-        started: float,
-        wall_start: float,
-        outcome: str,
+        self, job: Job, line: Line, endpoint: str, meter: LineMeter, n: int, outcome: str
     ) -> UsageRecord | None:
-        generation = meter.usage_source
-        if job.key_id is None or generation is None:
-            return None
-        usage = generation.usage()
-        first = generation.first_output_at
-        return UsageRecord(
-            request_id=line_id(job.id, line.seq),
+        return usage_record(
+            meter,
             key_id=job.key_id,
+            request_id=line_id(job.id, line.seq),
             model=meter.model,
             endpoint=endpoint,
-            prompt_tokens=generation.engine_prompt_tokens,
-            cached_tokens=usage.prompt_tokens_details.cached_tokens,
-            completion_tokens=generation.engine_completion_tokens,
-            reasoning_tokens=usage.completion_tokens_details.reasoning_tokens,
-            n=n,
             outcome=outcome,
-            queue_ms=None,
-            ttft_ms=(first - started) * 1000 if first is not None else None,
-            duration_ms=(time.monotonic() - started) * 1000,
-            created_at=wall_start,
+            n=n,
             batch_id=job.id,
         )

@@ -11,20 +11,13 @@ is billed once whatever number of times the line was cut and run again."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-
-from app.errors import ModelNotFound
 from app.request_body import decode_checked
 from app.schemas.responses import InputItem, ResponsesRequest, responses_request_decoder
-from app.services.admission import clamp_priority
+from app.services.deferred_lines import as_key
 from app.services.responses_request import ResponsesChatRequest, chat_request, stored_items
 from app.services.responses_sealing import ReasoningSeal
 from app.storage.responses import ResponseStore
-from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import KeyRecord
-from app.tenancy.usage import UsageRecord
-from app.usage_source import UsageSource
 
 ENDPOINT = "/v1/responses"
 
@@ -46,19 +39,6 @@ def converted(
     return chat_request(body, owner, lambda blob, param: seal.open(owner, blob, param), items)
 
 
-def as_key(chat: ResponsesChatRequest, key: KeyRecord | None) -> ResponsesChatRequest:
-    """The request as `key` may send it: a model it may use, its priority tier at most,
-    its part of the prefix cache."""
-    if key is not None:
-        if not key.limits.allows_model(chat.model):
-            raise ModelNotFound(chat.model)
-        chat.priority = clamp_priority(chat.priority, key.limits.priority)
-        chat.cache_salt = cache_salt(key, chat.cache_salt)
-    else:
-        chat.priority = clamp_priority(chat.priority)
-    return chat
-
-
 async def line_request(
     raw: bytes,
     owner: str,
@@ -74,49 +54,3 @@ async def line_request(
     chat.stream = True
     chat.response_store = None  # the deferred run stores what it made, not the service
     return chat
-
-
-@dataclass(slots=True)
-class LineMeter:
-    """What `ResponsesService.open_stream` fills in and finishes: the generation's usage
-    (its engine tally is what the line is billed) and the error that ended its stream
-    after it began (the stream itself ends in an `error` event then)."""
-
-    usage_source: UsageSource | None = None
-    failure: BaseException | None = None
-    started: float = field(default_factory=time.monotonic)
-    wall_start: float = field(default_factory=time.time)
-
-    async def finish(self, exc: BaseException | None = None) -> None:
-        self.failure = exc
-
-    def abandon(self, exc: BaseException) -> None:
-        """Cut or cancelled: billed when (and if) the line is answered."""
-
-
-def usage_record(
-    meter: LineMeter, key_id: str | None, request_id: str, model: str, outcome: str
-) -> UsageRecord | None:
-    """The line's usage row: what the engine ran for it (None: unmetered, or nothing ran).
-    `request_id` is the same on every run of the line."""
-    generation = meter.usage_source
-    if key_id is None or generation is None:
-        return None
-    usage = generation.usage()
-    first = generation.first_output_at
-    return UsageRecord(
-        request_id=request_id,
-        key_id=key_id,
-        model=model,
-        endpoint=ENDPOINT,
-        prompt_tokens=generation.engine_prompt_tokens,
-        cached_tokens=usage.prompt_tokens_details.cached_tokens,
-        completion_tokens=generation.engine_completion_tokens,
-        reasoning_tokens=usage.completion_tokens_details.reasoning_tokens,
-        n=1,
-        outcome=outcome,
-        queue_ms=None,
-        ttft_ms=(first - meter.started) * 1000 if first is not None else None,
-        duration_ms=(time.monotonic() - meter.started) * 1000,
-        created_at=meter.wall_start,
-    )

@@ -1,0 +1,89 @@
+"""What every kind of deferred line (a batch line, a background response) shares when
+it runs a generation away from its HTTP request: the meter the service fills in, the
+usage row the line's answer is billed with, and the request as its key may send it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from app.errors import ModelNotFound
+from app.services.admission import clamp_priority
+from app.tenancy.isolation import cache_salt
+from app.tenancy.keys import KeyRecord
+from app.tenancy.usage import UsageRecord
+from app.usage_source import UsageSource
+
+Request = TypeVar("Request")
+
+
+@dataclass(slots=True)
+class LineMeter:
+    """What a service fills in and finishes for a deferred line: the generation's usage
+    (its engine tally is what the line is billed), the model, and the error that ended
+    its stream after it began. The usage row is written with the line's answer, so a
+    line cut or failed is billed when (and if) it is answered."""
+
+    usage_source: UsageSource | None = None
+    failure: BaseException | None = None
+    model: str = ""
+    started: float = field(default_factory=time.monotonic)
+    wall_start: float = field(default_factory=time.time)
+
+    async def finish(self, exc: BaseException | None = None) -> None:
+        self.failure = exc
+
+    def abandon(self, exc: BaseException) -> None:
+        """Cut or cancelled: billed when (and if) the line is answered."""
+
+
+def usage_record(
+    meter: LineMeter,
+    *,
+    key_id: str | None,
+    request_id: str,
+    model: str,
+    endpoint: str,
+    outcome: str,
+    n: int = 1,
+    batch_id: str | None = None,
+) -> UsageRecord | None:
+    """The line's usage row: what the engine ran for it (None: unmetered, or nothing
+    ran). `request_id` is the same on every run of the line."""
+    generation = meter.usage_source
+    if key_id is None or generation is None:
+        return None
+    usage = generation.usage()
+    first = generation.first_output_at
+    return UsageRecord(
+        request_id=request_id,
+        key_id=key_id,
+        model=model,
+        endpoint=endpoint,
+        prompt_tokens=generation.engine_prompt_tokens,
+        cached_tokens=usage.prompt_tokens_details.cached_tokens,
+        completion_tokens=generation.engine_completion_tokens,
+        reasoning_tokens=usage.completion_tokens_details.reasoning_tokens,
+        n=n,
+        outcome=outcome,
+        queue_ms=None,
+        ttft_ms=(first - meter.started) * 1000 if first is not None else None,
+        duration_ms=(time.monotonic() - meter.started) * 1000,
+        created_at=meter.wall_start,
+        batch_id=batch_id,
+    )
+
+
+def as_key(request: Request, key: KeyRecord | None) -> Request:
+    """The request as `key` may send it: a model it may use (else 404), its priority
+    tier at most, its part of the prefix cache."""
+    fields: Any = request  # chat, completion and Responses requests share these fields
+    if key is not None:
+        if not key.limits.allows_model(fields.model):
+            raise ModelNotFound(fields.model)
+        fields.priority = clamp_priority(fields.priority, key.limits.priority)
+        fields.cache_salt = cache_salt(key, fields.cache_salt)
+    else:
+        fields.priority = clamp_priority(fields.priority)
+    return request
