@@ -7,11 +7,13 @@ router tries the next box that serves the model, where it may be awake. The same
 arriving again within `window_s` means the router found no such box (or came back to
 this one): the model wakes here and serves it.
 
-A request is known again by a digest of its model and body, which a router resends
-unchanged on every attempt. The HTTP side puts the body of the request it serves in
-`REQUEST_BODY`; a request without one (an operator's wake, a batch line) is never
-refused. Digests are kept for `window_s` and at most `max_kept` at once, so memory stays
-bounded by the requests refused in the last window.
+A request is known again by a digest of its client, model and body, which a router
+resends unchanged on every attempt; the client is in it so that one key's request never
+counts as another key's retry (which would tell that key what the other had sent).
+The HTTP side puts the body of the request it serves in `REQUEST_BODY`; a request
+without one (an operator's wake, a batch line) is never refused. Digests are kept for
+`window_s` and at most `max_kept` at once, so memory stays bounded by the requests
+refused in the last window.
 """
 
 from __future__ import annotations
@@ -43,13 +45,13 @@ class AwakeElsewhereFirst:
         self._refused: OrderedDict[bytes, float] = OrderedDict()  # digest -> when, oldest first
         self.refusals = 0
 
-    def check(self, model: str) -> None:
+    def check(self, model: str, client: str | None = None) -> None:
         """Raise `AwakeElsewhere` for the first attempt of the current request at `model`
         (asleep here); return for a request seen within the window, or one without a body."""
         body = REQUEST_BODY.get()
         if body is None:
             return
-        digest = _digest(model, body)
+        digest = _digest(client or "", model, body)
         now = self._clock()
         self._forget_older_than(now - self.window_s)
         if self._refused.pop(digest, None) is not None:
@@ -71,8 +73,10 @@ class AwakeElsewhereFirst:
             del self._refused[digest]
 
 
-def _digest(model: str, body: bytes) -> bytes:
-    hasher = hashlib.blake2b(model.encode(), digest_size=16)
+def _digest(client: str, model: str, body: bytes) -> bytes:
+    hasher = hashlib.blake2b(client.encode(), digest_size=16)
+    hasher.update(b"\0")
+    hasher.update(model.encode())
     hasher.update(b"\0")
     hasher.update(body)
     return hasher.digest()

@@ -152,7 +152,7 @@ class ModelPool:
         if model.state in (ModelState.AWAKE, ModelState.LOADING):
             return
         if self.elsewhere is not None:
-            self.elsewhere.check(model.name)
+            self.elsewhere.check(model.name, client)
         if model.wake_task is None:
             self.wake_budget.take(client, model.name)
         if count_waiter:

@@ -14,11 +14,13 @@ from engine.warm.model import ModelState, WarmConfig
 from tests.unit.engine.warm.test_pool import Clock, make_pool, model, run
 
 
-def refused(policy: AwakeElsewhereFirst, name: str, body: bytes | None) -> bool:
+def refused(
+    policy: AwakeElsewhereFirst, name: str, body: bytes | None, client: str | None = None
+) -> bool:
     def attempt() -> bool:
         REQUEST_BODY.set(body)
         try:
-            policy.check(name)
+            policy.check(name, client)
         except AwakeElsewhere:
             return True
         return False
@@ -35,6 +37,16 @@ def test_the_first_attempt_is_refused_and_the_same_request_again_is_not() -> Non
     assert refused(policy, "alpha", b'{"n": 2}')  # another body: another request
     assert refused(policy, "beta", b'{"n": 2}')  # the same body for another model
     assert policy.refusals == 4
+
+
+def test_one_keys_request_is_never_taken_for_another_keys_retry() -> None:
+    policy = AwakeElsewhereFirst(window_s=10, clock=Clock())
+    assert refused(policy, "alpha", b'{"n": 1}', client="key-a")
+    # The same body from another key is that key's first attempt: refused, so its
+    # answer cannot tell it that key-a sent that body.
+    assert refused(policy, "alpha", b'{"n": 1}', client="key-b")
+    assert not refused(policy, "alpha", b'{"n": 1}', client="key-a")
+    assert not refused(policy, "alpha", b'{"n": 1}', client="key-b")
 
 
 def test_a_request_without_a_body_is_never_refused() -> None:
