@@ -1,0 +1,196 @@
+"""The deferred store's line leases: counting, claiming, renewing, releasing, answering
+and closing a job's lines. Every change of a line is one conditional `UPDATE ... WHERE`
+(see `app.deferred.store`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.deferred.records import ANSWERED, PENDING, RUNNING, Line, LineCounts, _held
+from app.deferred.schema import deferred_lines
+from app.storage.database import TenantDatabase
+from app.tenancy.schema import usage
+from app.tenancy.usage import UsageRecord
+
+
+class LineLeases:
+    """The line half of `DeferredStore`, and the tenant database both halves use."""
+
+    def __init__(self, database: TenantDatabase, clock: Callable[[], float] = time.time) -> None:
+        self.database = database
+        self.clock = clock
+
+    async def _engine(self) -> AsyncEngine:
+        return await self.database.engine()
+
+    async def counts(self, job_ids: list[str]) -> dict[str, LineCounts]:
+        out = {job_id: LineCounts() for job_id in job_ids}
+        if not job_ids:
+            return out
+        lines = deferred_lines.c
+        statement = (
+            select(
+                lines.job_id,
+                lines.state,
+                func.count(),
+                func.coalesce(func.sum(lines.ok), 0),
+                func.coalesce(func.sum(lines.prompt_tokens), 0),
+                func.coalesce(func.sum(lines.completion_tokens), 0),
+            )
+            .where(lines.job_id.in_(job_ids))
+            .group_by(lines.job_id, lines.state)
+        )
+        engine = await self._engine()
+        async with engine.connect() as conn:
+            for job_id, state, count, ok, prompt, completion in await conn.execute(statement):
+                counts = out[job_id]
+                counts.by_state[state] = int(count)
+                counts.ok += int(ok)
+                counts.prompt_tokens += int(prompt)
+                counts.completion_tokens += int(completion)
+        return out
+
+    def _claimable(self, now: float) -> Any:
+        lines = deferred_lines.c
+        return or_(lines.state == PENDING, and_(lines.state == RUNNING, lines.lease_until < now))
+
+    async def claim(self, job_id: str, replica: str, limit: int, lease_s: float) -> list[Line]:
+        """Up to `limit` lines of the job, in input order: pending ones, and running ones
+        whose lease ran out. Each is claimed by its own conditional UPDATE, so a line
+        another replica took in between is skipped."""
+        if limit <= 0:
+            return []
+        now = self.clock()
+        lines = deferred_lines.c
+        candidates = (
+            select(lines.seq, lines.body, lines.attempts)
+            .where(lines.job_id == job_id, self._claimable(now))
+            .order_by(lines.seq)
+            .limit(limit)
+        )
+        engine = await self._engine()
+        claimed: list[Line] = []
+        async with engine.begin() as conn:
+            rows = (await conn.execute(candidates)).all()
+            for seq, body, attempts in rows:
+                changed = await conn.execute(
+                    update(deferred_lines)
+                    .where(lines.job_id == job_id, lines.seq == seq, self._claimable(now))
+                    .values(
+                        state=RUNNING,
+                        lease_owner=replica,
+                        lease_until=now + lease_s,
+                        attempts=lines.attempts + 1,
+                    )
+                )
+                if changed.rowcount == 1:
+                    claimed.append(Line(job_id, seq, body, attempts + 1))
+        return claimed
+
+    async def renew(self, replica: str, held: list[tuple[str, int]], lease_s: float) -> None:
+        """Extend the leases of the lines this replica is running."""
+        if not held:
+            return
+        until = self.clock() + lease_s
+        engine = await self._engine()
+        async with engine.begin() as conn:
+            for job_id, seq in held:
+                await conn.execute(
+                    update(deferred_lines)
+                    .where(_held(job_id, seq, replica))
+                    .values(lease_until=until)
+                )
+
+    async def release(self, job_id: str, seq: int, replica: str) -> bool:
+        """A line cut before its answer (a drain, a restart, capacity taken back): pending
+        again, to run later; its attempt is not counted against it."""
+        lines = deferred_lines.c
+        engine = await self._engine()
+        async with engine.begin() as conn:
+            changed = await conn.execute(
+                update(deferred_lines)
+                .where(_held(job_id, seq, replica))
+                .values(
+                    state=PENDING,
+                    lease_owner=None,
+                    lease_until=None,
+                    attempts=func.max(lines.attempts - 1, 0)
+                    if engine.dialect.name == "sqlite"
+                    else func.greatest(lines.attempts - 1, 0),
+                )
+            )
+        return changed.rowcount == 1
+
+    async def answer(
+        self,
+        job_id: str,
+        seq: int,
+        replica: str,
+        result: str,
+        ok: bool,
+        record: UsageRecord | None,
+    ) -> bool:
+        """Answer a running line this replica holds: its result, its state and its usage
+        row in one transaction. False (and nothing written) when the lease was lost: the
+        replica that holds the line now answers it."""
+        engine = await self._engine()
+        async with engine.begin() as conn:
+            changed = await conn.execute(
+                update(deferred_lines)
+                .where(_held(job_id, seq, replica))
+                .values(
+                    state=ANSWERED,
+                    result=result,
+                    ok=int(ok),
+                    lease_owner=None,
+                    lease_until=None,
+                    finished_at=self.clock(),
+                    prompt_tokens=record.prompt_tokens if record is not None else 0,
+                    completion_tokens=record.completion_tokens if record is not None else 0,
+                )
+            )
+            if changed.rowcount != 1:
+                return False
+            if record is not None:
+                await conn.execute(insert(usage).values(**dataclasses.asdict(record)))
+        return True
+
+    async def close_pending(self, job_id: str, to: str) -> int:
+        """End the job's pending lines (`expired`, `cancelled`); running ones go on."""
+        lines = deferred_lines.c
+        engine = await self._engine()
+        async with engine.begin() as conn:
+            changed = await conn.execute(
+                update(deferred_lines)
+                .where(lines.job_id == job_id, lines.state == PENDING)
+                .values(state=to, finished_at=self.clock())
+            )
+        return int(changed.rowcount)
+
+    async def finished_lines(
+        self, job_id: str, chunk: int = 500
+    ) -> AsyncIterator[tuple[int, str, str, str | None, bool]]:
+        """(seq, state, body, result, ok) of every line, in input order, a page at a time."""
+        lines = deferred_lines.c
+        engine = await self._engine()
+        last = -1
+        while True:
+            statement = (
+                select(lines.seq, lines.state, lines.body, lines.result, lines.ok)
+                .where(lines.job_id == job_id, lines.seq > last)
+                .order_by(lines.seq)
+                .limit(chunk)
+            )
+            async with engine.connect() as conn:
+                rows = (await conn.execute(statement)).all()
+            for seq, state, body, result, ok in rows:
+                yield seq, state, body, result, bool(ok)
+            if len(rows) < chunk:
+                return
+            last = rows[-1][0]
