@@ -26,7 +26,8 @@ from app.tenancy.fleet_limits import SYNC_INTERVAL_S, FleetLimiter
 from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
 from app.tenancy.middleware import SCOPE_KEY, SCOPE_TENANCY
-from app.tenancy.usage import UsageRecord, UsageWriter
+from app.tenancy.usage import UsageRecord
+from app.tenancy.usage_writer import UsageWriter
 from app.usage_source import UsageSource
 from engine.errors import AdmissionRejected, Drained
 

@@ -1,61 +1,24 @@
-"""Usage records and the writer that makes them durable.
+"""Usage records and the rows they become.
 
-Each request becomes one `UsageRecord`. `UsageWriter.write` returns once the record is
-durable: the generation routes await it before the client gets the last byte of the
-response, so a completed request is never billed from memory alone. Records that
-arrive together are committed together (one transaction: a group commit).
-
-No record can take the others down with it. When a group commit fails, its records are
-committed one by one; one the database still refuses while it answers (a value it will
-not store) is a dead letter: kept whole in `usage_dead_letter` (or, when even that
-fails, in `usage-dead-letter.jsonl` beside the spool), counted in
-`lilac_usage_dead_letter_total` and logged once; the records behind it are committed.
-
-When the database is down, the records go to an append-only spool file (JSON lines,
-fsynced) next to the database and `write` still returns: the record is durable on
-local disk. The writer retries the spool every second once the database is back, as a
-group and, when that fails, row by row (a spooled dead letter is set aside as above, a
-line that does not parse too); only rows still unwritten stay in the spool.
-`request_id` is unique, so a record spooled twice is written once.
-
-Refused requests (nothing generated: rate limited, queue full, unknown model, a bad
-request) are not rows: `refuse` counts them per key, minute and reason in memory and
-the writer adds the counts to `usage_refusals` each second.
+Each request becomes one `UsageRecord`; `_row` and `_line` turn it into a database row
+and a spool line (JSON), `_parse` reads a spool line back. The writer that makes records
+durable (group commits, the spool, dead letters, refusal counts) is `UsageWriter`, in
+`app.tenancy.usage_writer`; it is re-exported here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import json
-import logging
 import operator
-import os
-import sqlite3
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import insert, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from app.tenancy.keys import KeyStore
-from app.tenancy.schema import REASON_CHARS, usage, usage_dead_letter, usage_refusals
-from app.tenancy.usage_sqlite import SqliteInserts, direct_path
-
-log = logging.getLogger("lilac.usage")
+if TYPE_CHECKING:
+    from app.tenancy.usage_writer import UsageWriter as UsageWriter
 
 OUTCOMES = ("completed", "cancelled", "drained", "error", "rejected")
-RETRY_S = 1.0
-# A key's `last_used_at` is written at most this often: a transaction of its own per
-# batch would double the commits for a field `keys list` shows to the minute.
-TOUCH_EVERY_S = 30.0
 DEAD_LETTER_FILE = "usage-dead-letter.jsonl"
 
 
@@ -94,298 +57,6 @@ def day_of(seconds: float) -> str:
 
 _last_day: list[int | str] = [-1, ""]
 
-
-RefusalKey = tuple[str, float, str]  # key id, minute (Unix seconds), reason
-
-
-class UsageWriter:
-    """Group-committing, spooling writer of usage records (one task per process)."""
-
-    def __init__(self, database: AsyncEngine, spool: Path, keys: KeyStore | None = None) -> None:
-        self.database = database
-        self.spool = spool
-        self.dead_letter_file = spool.with_name(DEAD_LETTER_FILE)
-        self._keys = keys
-        self._pending: list[tuple[UsageRecord, asyncio.Future[None] | None]] = []
-        self._refusals: dict[RefusalKey, int] = {}
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self.db_ok = True
-        self.written = 0
-        self.spooled = 0
-        self.dead_lettered = 0
-        self._touched: dict[str, float] = {}  # key id -> created_at last written
-        # The SQLite file's own connection (app.tenancy.usage_sqlite), for `_direct_for`.
-        self._direct: SqliteInserts | None = None
-        self._direct_for: AsyncEngine | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._closing = False
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def write(self, record: UsageRecord) -> None:
-        """Returns when the record is committed (or spooled, or set aside, on disk). A
-        caller cancelled meanwhile cancels only its wait: the record stays queued and is
-        written with the others (the flush skips a future that is done)."""
-        future = asyncio.get_running_loop().create_future()
-        self._pending.append((record, future))
-        self._wake.set()
-        self.start()  # started by the app's lifespan; else (a tool, a test) on first use
-        await future
-
-    def submit(self, record: UsageRecord) -> None:
-        """Queue a record without waiting (a cancelled request: nobody waits for it)."""
-        self._pending.append((record, None))
-        self._wake.set()
-        self.start()
-
-    def refuse(self, key_id: str, reason: str, at: float) -> None:
-        """Count a request refused before generating (written within a second)."""
-        minute = float(int(at // 60) * 60)
-        slot = (key_id, minute, reason[:REASON_CHARS])
-        self._refusals[slot] = self._refusals.get(slot, 0) + 1
-        self.start()
-
-    async def close(self) -> None:
-        """Write everything queued (SIGTERM, shutdown); then stop."""
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self._flush()
-        await self._close_direct()
-
-    async def _run(self) -> None:
-        while not self._closing:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RETRY_S)
-            self._wake.clear()
-            try:
-                await self._flush()
-            except Exception:  # the local disk failed too: say so loudly, keep the writer
-                log.exception("usage: cannot write usage records to the database or disk")
-
-    async def _flush(self) -> None:
-        if self.spool.exists() and self.spool.stat().st_size:
-            await self._replay_spool()
-        if self._refusals:
-            await self._flush_refusals()
-        if not self._pending:
-            return
-        batch, self._pending = self._pending, []
-        try:
-            unwritten = await self._commit([record for record, _ in batch])
-            if unwritten:
-                self._append_lines(self.spool, [_line(r) for r in unwritten])
-                self.spooled += len(unwritten)
-        finally:
-            for _, future in batch:
-                if future is not None and not future.done():
-                    future.set_result(None)
-
-    async def _commit(self, records: list[UsageRecord]) -> list[UsageRecord]:
-        """Commit `records`: together, else one by one (a row the database refuses is a
-        dead letter). The records left unwritten because the database is down."""
-        try:
-            await self._insert(records)
-        except Exception as exc:
-            if not await self._answers_despite(exc):
-                self._mark(False, exc)
-                return records
-            return await self._row_by_row(records)
-        self.written += len(records)
-        self._mark(True)
-        await self._touch(records)
-        return []
-
-    async def _row_by_row(self, records: list[UsageRecord]) -> list[UsageRecord]:
-        for position, record in enumerate(records):
-            if not await self._write_alone(record):
-                return records[position:]
-        self._mark(True)
-        await self._touch(records)
-        return []
-
-    async def _write_alone(self, record: UsageRecord) -> bool:
-        """Written or set aside (True), or the database is down (False). A failure of
-        unknown cause is tried once more before the record is set aside: a transient
-        error (a lock, a timeout) must not make a billable row a dead letter."""
-        for attempt in (1, 2):
-            try:
-                await self._insert([record])
-            except Exception as exc:
-                if not await self._answers_despite(exc):
-                    self._mark(False, exc)
-                    return False
-                if attempt == 2 or _fault(exc) == "row":
-                    await self._set_aside(record, exc)
-                    return True
-                continue
-            self.written += 1
-            return True
-        return True  # not reached: the second attempt returns
-
-    async def _answers_despite(self, exc: BaseException) -> bool:
-        """Whether the database answers after `exc`: a failure of the rows, not of the
-        database. Known causes are taken at their word; otherwise the database is
-        asked (`SELECT 1`)."""
-        fault = _fault(exc)
-        if fault is not None:
-            return fault == "row"
-        try:
-            async with self.database.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-        except Exception:
-            return False
-        return True
-
-    async def _insert(self, records: list[UsageRecord]) -> None:
-        direct = await self._sqlite_inserts()
-        if direct is not None:
-            # The statement as the driver takes it, rows as tuples, on the writer's own
-            # connection: SQLAlchemy's compile, binding and thread hops cost more than
-            # the commit's own work.
-            await direct.insert(SQLITE_INSERT, [_values(r) for r in records])
-            return
-        if self.database.dialect.name == "sqlite":  # in memory, or with URL options
-            async with self.database.begin() as conn:
-                await conn.exec_driver_sql(SQLITE_INSERT, [_values(r) for r in records])
-            return
-        statement = pg_insert(usage).on_conflict_do_nothing(index_elements=["request_id"])
-        async with self.database.begin() as conn:
-            await conn.execute(statement, [_row(record) for record in records])
-
-    async def _sqlite_inserts(self) -> SqliteInserts | None:
-        """The direct connection to the file behind `self.database` (made again when
-        that engine is replaced), or None when it is not a SQLite file."""
-        if self._direct_for is not self.database:
-            await self._close_direct()
-            self._direct_for = self.database
-            path = direct_path(self.database)
-            self._direct = SqliteInserts(path) if path is not None else None
-        return self._direct
-
-    async def _close_direct(self) -> None:
-        direct, self._direct, self._direct_for = self._direct, None, None
-        if direct is not None:
-            await direct.close()
-
-    async def _touch(self, records: list[UsageRecord]) -> None:
-        if self._keys is None:
-            return
-        last_used: dict[str, float] = {}
-        for record in records:
-            key_id = record.key_id
-            if key_id is not None and (
-                record.created_at - self._touched.get(key_id, 0.0) >= TOUCH_EVERY_S
-            ):
-                last_used[key_id] = self._touched[key_id] = record.created_at
-        try:
-            await self._keys.touch(last_used)
-        except Exception as exc:  # the records are committed; `last_used_at` can wait
-            log.warning("usage: could not update keys' last use (%s)", _reason(exc))
-
-    async def _set_aside(self, record: UsageRecord, exc: BaseException) -> None:
-        """A dead letter: the database answers but will not take this record."""
-        self.dead_lettered += 1
-        reason = _reason(exc)
-        log.error(
-            "usage: the database refused the record %.80r of key %s (%s); set aside in "
-            "usage_dead_letter",
-            record.request_id,
-            record.key_id,
-            reason,
-        )
-        values = {
-            "request_id": str(record.request_id),
-            "record": _line(record).rstrip("\n"),
-            "error": reason,
-            "created_at": time.time(),
-        }
-        try:
-            async with self.database.begin() as conn:
-                await conn.execute(insert(usage_dead_letter).values(**values))
-        except Exception as again:
-            log.error("usage: dead letter kept in %s (%s)", self.dead_letter_file, again)
-            self._append_lines(self.dead_letter_file, [json.dumps(values) + "\n"])
-
-    def _append_lines(self, path: Path, lines: list[str]) -> None:
-        with open(path, "a", encoding="utf-8") as file:
-            file.write("".join(lines))
-            file.flush()
-            os.fsync(file.fileno())
-
-    async def _replay_spool(self) -> None:
-        try:
-            lines = self.spool.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            self._mark(False, exc)
-            return
-        records: list[UsageRecord] = []
-        for line in lines:
-            record = _parse(line)
-            if record is not None:
-                records.append(record)
-            elif line.strip():  # a torn or foreign line: kept for a person, never dropped
-                await self._set_aside_line(line)
-        unwritten = await self._commit(records) if records else []
-        # Only this task appends to the spool: what is left is exactly `unwritten`.
-        if unwritten:
-            if len(unwritten) < len(lines):  # else the file already holds just these
-                self._rewrite_spool(unwritten)
-            return
-        self.spool.unlink()
-        if records:
-            log.info("usage: wrote %d spooled records to the database", len(records))
-
-    async def _set_aside_line(self, line: str) -> None:
-        self.dead_lettered += 1
-        log.error("usage: a spooled line does not parse; kept in %s", self.dead_letter_file)
-        entry = {"record": line, "error": "unparsable spool line", "created_at": time.time()}
-        self._append_lines(self.dead_letter_file, [json.dumps(entry) + "\n"])
-
-    def _rewrite_spool(self, records: list[UsageRecord]) -> None:
-        partial = self.spool.with_name(self.spool.name + ".partial")
-        with open(partial, "w", encoding="utf-8") as file:
-            file.write("".join(_line(r) for r in records))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, self.spool)  # atomic: a crash leaves the old spool or the new
-
-    async def _flush_refusals(self) -> None:
-        counts, self._refusals = self._refusals, {}
-        rows = [
-            {"key_id": k, "minute": m, "reason": r, "day": day_of(m), "count": c}
-            for (k, m, r), c in counts.items()
-        ]
-        builder: Callable[..., Any] = (
-            pg_insert if self.database.dialect.name == "postgresql" else sqlite_insert
-        )
-        statement = builder(usage_refusals)
-        statement = statement.on_conflict_do_update(
-            index_elements=["key_id", "minute", "reason"],
-            set_={"count": usage_refusals.c.count + statement.excluded["count"]},
-        )
-        try:
-            async with self.database.begin() as conn:
-                await conn.execute(statement, rows)
-        except Exception as exc:  # kept in memory (bounded: a slot per key, minute, reason)
-            for slot, count in counts.items():
-                self._refusals[slot] = self._refusals.get(slot, 0) + count
-            self._mark(False, exc)
-
-    def _mark(self, ok: bool, exc: BaseException | None = None) -> None:
-        if ok and not self.db_ok:
-            log.warning("usage: the database is back")
-        elif not ok and self.db_ok:
-            log.error("usage: database write failed (%s); spooling to %s", exc, self.spool)
-        self.db_ok = ok
-
-
 FIELDS = tuple(field.name for field in dataclasses.fields(UsageRecord))
 _values = operator.attrgetter(*FIELDS)  # a record's values in FIELDS order
 SQLITE_INSERT = (
@@ -412,26 +83,14 @@ def _parse(line: str) -> UsageRecord | None:
         return None
 
 
-def _fault(exc: BaseException) -> str | None:
-    """Whose failure `exc` is: `row` (a value the database will not store), `database`
-    (it cannot be reached or is busy), or None (unknown: PostgreSQL's driver reports a
-    too-long string and a lost connection alike)."""
-    if isinstance(exc, IntegrityError | DataError | TypeError | ValueError | OverflowError):
-        return "row"
-    if isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError):  # the direct connection's
-        return "row"
-    if isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
-        return "database"  # SQLite's "database is locked" too: retried from the spool
-    if isinstance(exc, sqlite3.OperationalError | sqlite3.InterfaceError):
-        return "database"
-    return None
-
-
-def _reason(exc: BaseException) -> str:
-    original = getattr(exc, "orig", None) or exc
-    message = str(original).splitlines()[0] if str(original) else ""
-    return f"{type(original).__name__}: {message}"[:500]
-
-
 def describe(record: UsageRecord) -> dict[str, Any]:
     return _row(record)
+
+
+def __getattr__(name: str) -> Any:
+    # `UsageWriter` is loaded on first use: its module imports this one.
+    if name == "UsageWriter":
+        from app.tenancy.usage_writer import UsageWriter
+
+        return UsageWriter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
