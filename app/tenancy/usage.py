@@ -13,10 +13,7 @@ import json
 import operator
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from app.tenancy.usage_writer import UsageWriter as UsageWriter
+from typing import Any
 
 OUTCOMES = ("completed", "cancelled", "drained", "error", "rejected")
 DEAD_LETTER_FILE = "usage-dead-letter.jsonl"
@@ -85,12 +82,3 @@ def _parse(line: str) -> UsageRecord | None:
 
 def describe(record: UsageRecord) -> dict[str, Any]:
     return _row(record)
-
-
-def __getattr__(name: str) -> Any:
-    # `UsageWriter` is loaded on first use: its module imports this one.
-    if name == "UsageWriter":
-        from app.tenancy.usage_writer import UsageWriter
-
-        return UsageWriter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

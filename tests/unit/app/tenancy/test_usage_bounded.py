@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.cli import main
 from app.observability.context import MAX_CLIENT_ID_CHARS
 from app.tenancy.schema import REQUEST_ID_CHARS
-from app.tenancy.usage import DEAD_LETTER_FILE, UsageRecord, UsageWriter
+from app.tenancy.usage import DEAD_LETTER_FILE, UsageRecord
+from app.tenancy.usage_writer import UsageWriter
 from engine.scripted import ScriptedEngine
 from tests.unit.app.tenancy.helpers import (
     ADMIN_KEY,
