@@ -24,7 +24,7 @@ from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 
-from app.errors import exception_handlers
+from app.error_handlers import exception_handlers
 from app.loop_lag import LoopLagMonitor
 from app.observability import context, logs
 from app.observability.batch_metrics import BatchCollector
