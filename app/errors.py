@@ -7,21 +7,9 @@ returns errors as values. The mapping's functions are importable from here too.
 
 from __future__ import annotations
 
-import importlib
 import math
-from typing import TYPE_CHECKING, Any
 
 from app.schemas.errors import ErrorBody
-
-if TYPE_CHECKING:
-    from app.error_handlers import encode_error as encode_error
-    from app.error_handlers import error_content as error_content
-    from app.error_handlers import error_response as error_response
-    from app.error_handlers import exception_handlers as exception_handlers
-    from app.error_handlers import (
-        invalid_request_from_decode_error as invalid_request_from_decode_error,
-    )
-    from app.error_handlers import to_api_error as to_api_error
 
 
 class APIError(Exception):
@@ -269,23 +257,3 @@ class ClientDisconnected(APIError):
 
     def __init__(self) -> None:
         super().__init__("The client closed the connection.", code="client_disconnected")
-
-
-# The mapping lives in app.error_handlers, which imports these classes; its names are
-# served from here on first use, so neither module imports the other while loading.
-_FROM_HANDLERS = frozenset(
-    {
-        "encode_error",
-        "error_content",
-        "error_response",
-        "exception_handlers",
-        "invalid_request_from_decode_error",
-        "to_api_error",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FROM_HANDLERS:
-        return getattr(importlib.import_module("app.error_handlers"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,8 @@ import msgspec
 
 from app.deferred.runner import Answer, Cut
 from app.deferred.store import CANCELLED, DeferredStore, Job, Line, LineCounts
-from app.errors import APIError, InvalidKey, ResponseNotFound, StoredTooLarge, to_api_error
+from app.error_handlers import to_api_error
+from app.errors import APIError, InvalidKey, ResponseNotFound, StoredTooLarge
 from app.schemas.responses_output import (
     ErrorEvent,
     Response,

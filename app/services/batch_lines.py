@@ -20,7 +20,8 @@ import msgspec
 
 from app.deferred.runner import Answer, Cut
 from app.deferred.store import Job, Line
-from app.errors import InvalidRequest, encode_error, to_api_error
+from app.error_handlers import encode_error, to_api_error
+from app.errors import InvalidRequest
 from app.request_body import INLINE_BYTES, decode_checked
 from app.schemas.batches import (
     InputLine,

@@ -26,7 +26,8 @@ from typing import Any
 
 import msgspec
 
-from app.errors import InvalidRequest, invalid_request_from_decode_error
+from app.error_handlers import invalid_request_from_decode_error
+from app.errors import InvalidRequest
 from app.schemas.chat import (
     AssistantMessage,
     DeveloperMessage,

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol, TypeVar
 
-from app.errors import APIError, ClientDisconnected, to_api_error
+from app.error_handlers import to_api_error
+from app.errors import APIError, ClientDisconnected
 from app.observability import context
 from app.sse import DONE, error_frame
 from app.usage_source import UsageSource

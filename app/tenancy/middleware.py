@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.anthropic_errors import is_anthropic_path
-from app.errors import APIError, InvalidKey, KeyStoreUnavailable, error_content
+from app.error_handlers import error_content
+from app.errors import APIError, InvalidKey, KeyStoreUnavailable
 
 if TYPE_CHECKING:
     from app.tenancy.service import Tenancy

@@ -17,7 +17,8 @@ from typing import Any
 from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import ClientDisconnected, ModelNotFound, TooManyRequests, to_api_error
+from app.error_handlers import to_api_error
+from app.errors import ClientDisconnected, ModelNotFound, TooManyRequests
 from app.observability import context
 from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys

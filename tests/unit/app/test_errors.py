@@ -1,14 +1,8 @@
 import msgspec
 import pytest
 
-from app.errors import (
-    APIError,
-    InvalidRequest,
-    ModelNotFound,
-    ServiceUnavailable,
-    error_response,
-    to_api_error,
-)
+from app.error_handlers import error_response, to_api_error
+from app.errors import APIError, InvalidRequest, ModelNotFound, ServiceUnavailable
 from app.schemas.chat import chat_request_decoder
 from engine.errors import (
     AwakeElsewhere,
