@@ -152,12 +152,12 @@ class AdmissionQueue:
         The caller rejects outright when the state admits nothing. A queued ticket may
         be admissible at once (it ranks ahead of the others and fits the capacity held
         back for it): the caller runs `admit_ready` next."""
-        budget = self.budget_of(ticket.model)
+        load = self.models.get(ticket.model) or self.load(ticket.model)
+        budget = self.kv_budget if load.kv_budget is None else load.kv_budget
         if 0 < budget < ticket.tokens:
             raise NeverFits(ticket.tokens, budget)
-        load = self.load(ticket.model)
         # Another model's waiting tickets wait for their own engine's room, not this one.
-        if not load.waiting and self._fits(ticket, cap, total_cap):
+        if not load.waiting and self._fits(ticket, cap, total_cap, load):
             self._start(ticket)
             return True
         self._check_room(ticket.client)
@@ -177,11 +177,12 @@ class AdmissionQueue:
             del self._prefill_by_client[key]
 
     def release(self, ticket_id: int) -> None:
-        self.prefilled(ticket_id)
+        if self._prefilling:
+            self.prefilled(ticket_id)
         ticket = self.running.pop(ticket_id, None)
         if ticket is None:
             return
-        load = self.load(ticket.model)
+        load = self.models[ticket.model]
         load.running -= 1
         load.tokens_in_use -= ticket.tokens
         _decrement(load.by_client, ticket.client)
@@ -280,41 +281,49 @@ class AdmissionQueue:
         running, queued = self._running_by_client[client], self._waiting_by_client[client]
         return (ticket.priority, running, queued, ticket.arrived, ticket.id)
 
-    def _fits(self, ticket: Ticket, cap: int, total_cap: int = 0) -> bool:
+    def _fits(
+        self, ticket: Ticket, cap: int, total_cap: int = 0, load: ModelLoad | None = None
+    ) -> bool:
         """Whether `ticket` can run now on its model. A client already running something
         there leaves the last eighth of the model's cap and KV budget to clients that
         run nothing there, and waits while its admitted prompts not yet begun would
         exceed the model's prefill budget. `total_cap` (0: none) bounds every model's."""
-        load = self.load(ticket.model)
-        busy = load.by_client[ticket.client] > 0
+        load = load or self.load(ticket.model)
+        busy = load.by_client.get(ticket.client, 0) > 0
         if load.running >= (cap - cap // RUNNING_RESERVE_DIVISOR if busy else cap):
             return False
         if 0 < total_cap <= len(self.running):
             return False
-        if self._prefill_full(ticket):
+        if self._prefill_by_client and self._prefill_full(ticket, load):
             return False
-        budget = self.budget_of(ticket.model)
+        budget = self.kv_budget if load.kv_budget is None else load.kv_budget
         if budget <= 0:
             return True
         if busy:
             budget -= budget // RUNNING_RESERVE_DIVISOR
         return load.tokens_in_use + ticket.tokens <= budget
 
-    def _prefill_full(self, ticket: Ticket) -> bool:
-        pending = self._prefill_by_client[(ticket.client, ticket.model)]
-        budget = self._prefill_budget_of(ticket.model)
-        return bool(budget and pending) and pending + ticket.prompt_tokens > budget
+    def _prefill_full(self, ticket: Ticket, load: ModelLoad | None = None) -> bool:
+        pending = self._prefill_by_client.get((ticket.client, ticket.model), 0)
+        if not pending:
+            return False
+        if load is None:
+            budget = self._prefill_budget_of(ticket.model)
+        else:
+            budget = self.prefill_budget if load.prefill_budget is None else load.prefill_budget
+        return bool(budget) and pending + ticket.prompt_tokens > budget
 
     def _start(self, ticket: Ticket) -> None:
         self.running[ticket.id] = ticket
         if ticket.prompt_tokens:
             self._prefilling[ticket.id] = ticket
             self._prefill_by_client[(ticket.client, ticket.model)] += ticket.prompt_tokens
-        load = self.load(ticket.model)
+        load = self.models[ticket.model]
         load.running += 1
         load.tokens_in_use += ticket.tokens
-        load.by_client[ticket.client] += 1
-        self._running_by_client[ticket.client] += 1
+        client = ticket.client
+        load.by_client[client] = load.by_client.get(client, 0) + 1
+        self._running_by_client[client] = self._running_by_client.get(client, 0) + 1
 
     def _unqueue(self, ticket: Ticket) -> None:
         self.waiting.remove(ticket)
@@ -323,6 +332,8 @@ class AdmissionQueue:
 
 
 def _decrement(counts: Counter[str], key: str) -> None:
-    counts[key] -= 1
-    if counts[key] <= 0:
-        del counts[key]
+    left = counts.get(key, 0) - 1
+    if left <= 0:
+        counts.pop(key, None)
+    else:
+        counts[key] = left
