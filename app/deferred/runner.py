@@ -129,6 +129,7 @@ class DeferredRunner:
         self.running: dict[tuple[str, int], Running] = {}
         self.stats = RunnerStats()
         self._jobs: list[Job] = []
+        self._active = 0  # the jobs the last look found to look after, runnable or not
         self._jobs_at = float("-inf")
         self._renewed_at = float("-inf")
         self._interactive_at = float("-inf")  # when an interactive request last ran
@@ -174,8 +175,9 @@ class DeferredRunner:
             self._wake.clear()
 
     def _idle(self) -> bool:
-        """No job to look after and no line running: nothing a tick could change."""
-        return not self.running and not self._jobs
+        """No job to look after (validating, running or finalizing) and no line running:
+        nothing a tick could change."""
+        return not self.running and not self._active
 
     def _wait_s(self) -> float:
         """Until the next tick: `tick_s` while there is work; idle, until the next look
@@ -248,6 +250,7 @@ class DeferredRunner:
         for handler in self.handlers.values():
             jobs += await self.store.active(handler.kind, handler.active_states)
         counts = await self.store.counts([job.id for job in jobs])
+        self._active = len(jobs)
         self._jobs = []
         self._exhausted.clear()
         queued = 0

@@ -211,3 +211,32 @@ async def test_a_job_made_here_wakes_an_idle_runner_at_once(database: AsyncEngin
     await runner.step()
     assert sorted(r.line.seq for r in runner.running.values()) == [0, 1]
     await runner.cut_all()
+
+
+class Finalizing(HeldLines):
+    """A job the runner looks after but starts no line of (validating, finalizing)."""
+
+    runnable_states: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tended = 0
+
+    async def tend(self, job: Job, counts: LineCounts) -> None:
+        self.tended += 1
+
+
+async def test_a_job_being_finalized_keeps_the_runner_looking_every_second(
+    database: AsyncEngine,
+) -> None:
+    clock = Clock()
+    store = store_of(database, clock)
+    await store.create(job("batch_d"), ['{"n": 0}'])
+    handler = Finalizing()
+    runner = DeferredRunner(store, ScriptedCapacity(), [handler], replica="r1", clock=clock)
+    await runner.step()
+    assert handler.tended == 1 and not runner.running
+    assert runner._wait_s() == runner.tick_s
+    clock.now += runner.jobs_every_s
+    await runner.step()
+    assert handler.tended == 2
