@@ -242,7 +242,7 @@ async def test_no_prefill_bound_starts_the_concurrency_at_once(database: AsyncEn
 
 async def test_lines_not_yet_admitted_count_as_prefilling(database: AsyncEngine) -> None:
     """A line started but not yet through admission will prefill too: it takes a place."""
-    runner, capacity, handler, _ = await _setup(database)
+    runner, _, handler, _ = await _setup(database)
     runner.prefill_lines = 3  # the scripted capacity admits nothing: all are starting
     await runner.step()
     assert len(runner.running) == 3
