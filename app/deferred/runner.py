@@ -137,7 +137,8 @@ class DeferredRunner:
         self._exhausted: set[str] = set()  # runnable jobs with no line to claim now
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._releases: set[asyncio.Task[bool]] = set()
+        self._releases: set[asyncio.Task[None]] = set()
+        self._to_release: list[tuple[str, int]] = []  # lines cut, not yet pending again
 
     # ------------------------------------------------------------ lifecycle
 
@@ -323,11 +324,26 @@ class DeferredRunner:
         if self.running.pop((job.id, line.seq), None) is None:
             return
         self.stats.cut += 1
-        release = asyncio.get_running_loop().create_task(
-            self.store.release(job.id, line.seq, self.replica)
-        )
-        self._releases.add(release)
-        release.add_done_callback(self._releases.discard)
+        self._release_later(job.id, line.seq)
+
+    def _release_later(self, job_id: str, seq: int) -> None:
+        """Make a cut line pending again, in one transaction with the other lines cut at
+        the same moment: an interactive request arriving cuts every line, and one commit
+        takes the event loop (which serves that request) for far less than one each."""
+        self._to_release.append((job_id, seq))
+        if len(self._to_release) == 1:
+            release = asyncio.get_running_loop().create_task(self._release_cut())
+            self._releases.add(release)
+            release.add_done_callback(self._releases.discard)
+
+    async def _release_cut(self) -> None:
+        await asyncio.sleep(0)  # the lines cut in this same moment unwind and join first
+        held, self._to_release = self._to_release, []
+        try:
+            await self.store.release_many(held, self.replica)
+        except Exception:
+            # The database failed: the lines stay claimed and run again after their lease.
+            log.exception("deferred work: %d cut lines could not be released", len(held))
 
     async def _line(self, job: Job, line: Line) -> None:
         handler = self.handlers[job.kind]
@@ -336,7 +352,7 @@ class DeferredRunner:
                 answer = await handler.run(job, line)
             except (Cut, asyncio.CancelledError):
                 self.stats.cut += 1
-                await asyncio.shield(self.store.release(job.id, line.seq, self.replica))
+                self._release_later(job.id, line.seq)
                 return
             if await asyncio.shield(
                 self.store.answer(

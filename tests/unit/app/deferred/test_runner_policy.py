@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import Answer, DeferredRunner
-from app.deferred.store import ANSWERED, PENDING, RUNNING, Job, Line, LineCounts
+from app.deferred.store import ANSWERED, PENDING, RUNNING, DeferredStore, Job, Line, LineCounts
+from app.storage.database import TenantDatabase
 from tests.unit.app.deferred.test_store import Clock, job, record, store_of, usage_count
 
 
@@ -250,3 +251,37 @@ async def test_lines_not_yet_admitted_count_as_prefilling(database: AsyncEngine)
     assert len(runner.running) == 3
     handler.go.set()
     await runner.drain_lines()
+
+
+class CountingStore(DeferredStore):
+    """The real store, noting each release it is asked for."""
+
+    releases: list[int]
+
+    async def release_many(self, held: list[tuple[str, int]], replica: str) -> int:
+        self.releases.append(len(held))
+        return await super().release_many(held, replica)
+
+
+async def test_lines_cut_together_are_released_in_one_transaction(
+    database: AsyncEngine,
+) -> None:
+    clock = Clock()
+    url = database.url.render_as_string(hide_password=False)
+    store = CountingStore(TenantDatabase(url, database), clock)
+    store.releases = []
+    await store.create(job(), [f'{{"n": {i}}}' for i in range(6)])
+    handler = HeldLines()
+    runner = DeferredRunner(
+        store, ScriptedCapacity(), [handler], replica="r1", concurrency=4,
+        beside_interactive=0, jobs_every_s=0.0, clock=clock,
+    )  # fmt: skip
+    await runner.step()
+    await asyncio.sleep(0)
+    assert len(handler.started) == 4
+    runner.interactive_arrived()
+    await _settle(runner)
+    assert store.releases == [4]
+    counts = (await store.counts(["batch_a"]))["batch_a"]
+    assert counts.by_state == {PENDING: 6}
+    assert runner.stats.cut == 4 and not runner.running
