@@ -186,7 +186,7 @@ def server(args: argparse.Namespace) -> list[dict[str, Any]]:
         if not args.beside_only:
             rows.append(batch_alone(args, client, model))
             print(json.dumps(rows[-1]), flush=True)
-        for run in range(args.runs):
+        for run in range(args.first_run, args.first_run + args.runs):
             rows += side_by_side(args, client, model, running.base_url, run)
         return rows
     finally:
@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per run")
     parser.add_argument("--runs", type=int, default=2,
                         help="side-by-side runs, each reported on its own")  # fmt: skip
+    parser.add_argument("--first-run", type=int, default=0,
+                        help="the first run's number (its prompt seeds follow from it)")  # fmt: skip
     parser.add_argument("--input-len", type=int, default=128,
                         help="prompt tokens of an interactive request")  # fmt: skip
     parser.add_argument("--beside", type=int, default=0,
