@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2,
                         help="side-by-side runs, each reported on its own")  # fmt: skip
     parser.add_argument("--first-run", type=int, default=0,
-                        help="the first run's number (its prompt seeds follow from it)")  # fmt: skip
+                        help="the first run's number (its prompts follow from it)")  # fmt: skip
     parser.add_argument("--input-len", type=int, default=128,
                         help="prompt tokens of an interactive request")  # fmt: skip
     parser.add_argument("--beside", type=int, default=0,
