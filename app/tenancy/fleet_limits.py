@@ -49,6 +49,7 @@ from app.tenancy.limits import (
     Reservation,
     concurrency_message,
     duration,
+    give_back_slots,
     rpm_message,
     tpm_message,
 )
@@ -185,14 +186,9 @@ class FleetLimiter:
         return Reservation(key_id, tokens, slots)
 
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
-        if reservation.settled:
-            return
-        reservation.settled = True
-        state = self._keys.get(reservation.key_id)
-        if state is None:
-            return
-        state.in_flight = max(0, state.in_flight - reservation.slots)
-        if state.tokens is not None:  # unused reserved tokens stay in this replica's slice
+        state = give_back_slots(self._keys, reservation)
+        if state is not None and state.tokens is not None:
+            # unused reserved tokens stay in this replica's slice
             state.tokens.held += reservation.tokens - used_tokens
 
     def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
