@@ -2,6 +2,11 @@
 
     python -m perf load [--concurrency 1,4,16,64] [--num-prompts 4,8,32,64] \\
         [--input-len 128] [--output-len 64] [--only ours,vllm,offline] [--check]
+    python -m perf load --only ours-tuned,vllm --tuned-flags "--max-num-batched-tokens 1024"
+
+`ours-tuned` is our server with `--tuned-flags` added to its command line and
+`--tuned-env KEY=VALUE` (repeatable) to its environment: an engine setting measured
+against `vllm serve`'s defaults before it becomes ours.
 
 Each server is started alone on 127.0.0.1 with the same engine flags (float32, eager,
 max-model-len 2048, the same KV cache and memory fraction), warmed up with one request,
@@ -19,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -50,6 +56,8 @@ def server_argv(kind: str, args: argparse.Namespace, model_dir: str, port: int) 
         if kind != "ours-default":
             # `vllm serve` has no admission limits: lift ours above the largest concurrency.
             argv += ["--max-concurrent", "1024", "--max-queued", "1024"]
+        if kind == "ours-tuned":
+            argv += shlex.split(args.tuned_flags)
         return argv
     return vllm_argv(
         port,
@@ -105,6 +113,8 @@ def run_client(
 def run_server(kind: str, args: argparse.Namespace, model_dir: str) -> list[dict[str, Any]]:
     port = free_port()
     env = {"VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib), "HF_HUB_OFFLINE": "1"}
+    if kind == "ours-tuned":
+        env.update(item.split("=", 1) for item in args.tuned_env)
     print(f"\n=== {kind}: starting on port {port}", flush=True)
     argv = server_argv(kind, args, model_dir, port)
     server = Server(argv, OUT / f"{kind}-server.log", port=port, env=env)
@@ -119,6 +129,7 @@ def run_server(kind: str, args: argparse.Namespace, model_dir: str) -> list[dict
         engines = server.engine_processes()
         print(f"=== {kind}: HTTP pid {http.pid}, engine pids {[p.pid for p in engines]}")
         for concurrency, num_prompts in zip(args.concurrency, args.num_prompts, strict=True):
+            load_before = os.getloadavg()[0]
             cpu0 = cpu_seconds(http)
             engine0 = sum(cpu_seconds(p) for p in engines)
             seed = run_seed(concurrency)
@@ -129,6 +140,7 @@ def run_server(kind: str, args: argparse.Namespace, model_dir: str) -> list[dict
             result["engine_cpu_s"] = sum(cpu_seconds(p) for p in engines) - engine0
             result.update(kind=kind, concurrency=concurrency, num_prompts=num_prompts)
             result["load_avg_1m"] = os.getloadavg()[0]
+            result["load_avg_1m_before"] = load_before
             rows.append(result)
     finally:
         server.stop()
@@ -209,7 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="ours,vllm,offline",
-        help="which to run, in order (also: ours-default, ours-noadmit)",
+        help="which to run, in order (also: ours-default, ours-noadmit, ours-tuned)",
+    )
+    parser.add_argument(
+        "--tuned-flags", default="", help="more lilac-serve flags for the ours-tuned run"
+    )
+    parser.add_argument(
+        "--tuned-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable for the ours-tuned run (repeatable)",
     )
     parser.add_argument("--model-dir", default=None, help="default: the prepared SmolLM2")
     parser.add_argument("--max-model-len", type=int, default=2048)

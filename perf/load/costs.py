@@ -10,6 +10,19 @@
   plain request's TTFT.
 
     python -m perf costs [--servers lilac,vllm] [--repeats 4]
+    python -m perf costs --only tool-named --repeats 20   # the forced tool call alone
+
+`--only tool-named` measures nothing but the forced tool call: `--repeats` of the
+structured benchmark's tool prompts (up to 50), the same ones in the same order on
+each server, one at a time.
+
+The same prompt on both servers: our SmolLM2 template renders `tools` into the system
+turn (the hermes format's listing); the tokenizer's own template, which `vllm serve`
+uses by default, drops them, so the same request was about twice as many prompt
+tokens on our side (1,026 against 516 for the first tool prompt, whose system message
+lists the tools too). `vllm serve` therefore runs with our family's template
+(`--chat-template templates/smollm2.jinja`) unless `--vllm-template stock`; the
+prompt tokens each server counted are in the results.
 
 Servers start one after the other (perf/scenarios/structured_bench.py's commands: the same
 engine flags, `vllm serve` with the hermes tool parser). Results: perf/out/costs/costs.json
@@ -28,7 +41,7 @@ from typing import Any
 import httpx
 
 from perf.harness.results import output
-from perf.harness.servers import Server
+from perf.harness.servers import ROOT, Server
 from perf.scenarios.structured_bench import MODEL_NAME, start
 from perf.scenarios.structured_cases import schema_cases, tool_cases, tool_def
 
@@ -63,7 +76,7 @@ def streamed(url: str, body: dict[str, Any]) -> dict[str, float]:
     body.setdefault("temperature", 0)
     started = time.perf_counter()
     first = last = None
-    tokens = 0
+    tokens = prompt_tokens = 0
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
         response.raise_for_status()
         for line in response.iter_lines():
@@ -74,6 +87,7 @@ def streamed(url: str, body: dict[str, Any]) -> dict[str, float]:
                 raise RuntimeError(chunk["error"])
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
+                prompt_tokens = chunk["usage"]["prompt_tokens"]
             for choice in chunk.get("choices", []):
                 delta = choice.get("delta", {})
                 if delta.get("content") or delta.get("tool_calls"):
@@ -82,11 +96,46 @@ def streamed(url: str, body: dict[str, Any]) -> dict[str, float]:
                     last = now
     assert first is not None and last is not None, "no output"
     tpot = (last - first) / (tokens - 1) if tokens > 1 else float("nan")
-    return {"ttft_ms": 1000 * (first - started), "tpot_ms": 1000 * tpot, "tokens": tokens}
+    return {
+        "ttft_ms": 1000 * (first - started),
+        "tpot_ms": 1000 * tpot,
+        "tokens": tokens,
+        "prompt_tokens": prompt_tokens,
+    }
 
 
 def _median(records: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in records)
+
+
+def tool_named(url: str, repeats: int) -> list[dict[str, float]]:
+    """Streamed forced (named `tool_choice`) calls, one after the other."""
+    runs = []
+    for case in tool_cases()[:repeats]:
+        body = {
+            "model": MODEL_NAME,
+            "messages": case["messages"],
+            "tools": [tool_def(n) for n in case["tools"]],
+            "tool_choice": {"type": "function", "function": {"name": case["target"]}},
+        }
+        runs.append(streamed(url, body))
+    return runs
+
+
+def measure_tool_named(server: Server, repeats: int) -> dict[str, Any]:
+    runs = tool_named(server.base_url, repeats)
+    ttfts = sorted(r["ttft_ms"] for r in runs)
+    return {
+        "tool_named": runs,
+        "summary": {
+            "tool_named_ttft_ms": _median(runs, "ttft_ms"),
+            "tool_named_ttft_min_ms": ttfts[0],
+            "tool_named_ttft_max_ms": ttfts[-1],
+            "tool_named_tpot_ms": _median(runs, "tpot_ms"),
+            "tool_named_tokens": _median(runs, "tokens"),
+            "tool_named_prompt_tokens": _median(runs, "prompt_tokens"),
+        },
+    }
 
 
 def measure(server: Server, repeats: int) -> dict[str, Any]:
@@ -121,15 +170,7 @@ def measure(server: Server, repeats: int) -> dict[str, Any]:
     schema_runs = [
         streamed(url, schema_body(cases[2])) for cases in list(by_schema.values())[:repeats]
     ]
-    tool_runs = []
-    for case in tool_cases()[:repeats]:
-        body = {
-            "model": MODEL_NAME,
-            "messages": case["messages"],
-            "tools": [tool_def(n) for n in case["tools"]],
-            "tool_choice": {"type": "function", "function": {"name": case["target"]}},
-        }
-        tool_runs.append(streamed(url, body))
+    tool_runs = tool_named(url, repeats)
     return {
         "plain": plain,
         "json_schema": schema_runs,
@@ -160,6 +201,14 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         + " | ".join(f"{results[n]['start_to_first_answer_s']:.1f}" for n in names)
         + " |"
     )
+    lines.append(
+        "| load avg 1m before / after | "
+        + " | ".join(
+            f"{results[n]['load_avg_before'][0]:.2f} / {results[n]['load_avg_1m']:.2f}"
+            for n in names
+        )
+        + " |"
+    )
     for key in keys:
         lines.append(
             f"| {key} | " + " | ".join(f"{results[n]['summary'][key]:,.1f}" for n in names) + " |"
@@ -171,15 +220,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", default="lilac,vllm")
     parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument(
+        "--only", choices=("all", "tool-named"), default="all", help="which figures to measure"
+    )
+    parser.add_argument(
+        "--vllm-template",
+        choices=("family", "stock"),
+        default="family",
+        help="`vllm serve`'s chat template: ours (renders tools) or the tokenizer's",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
+    vllm_extra: tuple[str, ...] = ()
+    if args.vllm_template == "family":
+        vllm_extra = ("--chat-template", str(ROOT / "templates" / "smollm2.jinja"))
     for name in args.servers.split(","):
         launched = time.monotonic()
-        with start(name) as server:
+        with start(name, vllm_extra) as server:
             start_s = first_answer_s(server, launched)
             print(f"[{name}] first answer {start_s:.1f} s after launch", flush=True)
-            results[name] = {"start_to_first_answer_s": start_s, **measure(server, args.repeats)}
+            results[name] = {"start_to_first_answer_s": start_s}
+            results[name]["load_avg_before"] = os.getloadavg()
+            measured = measure_tool_named if args.only == "tool-named" else measure
+            results[name].update(measured(server, args.repeats))
             results[name]["load_avg_1m"] = os.getloadavg()[0]
         (OUT / "costs.json").write_text(json.dumps(results, indent=1))
     print(table(results))

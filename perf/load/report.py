@@ -20,6 +20,7 @@ LABELS = {
     "ours": "lilac-serve",
     "ours-default": "lilac-serve, default admission limits",
     "ours-noadmit": "lilac-serve, admission skipped",
+    "ours-tuned": "lilac-serve, tuned flags",
     "vllm": "vllm serve",
     "offline": "offline engine",
 }
@@ -35,8 +36,11 @@ COLUMNS: list[tuple[str, Any]] = [
         "engine CPU s / 1k tok",
         lambda r: 1000 * r["engine_cpu_s"] / max(r["total_output_tokens"], 1),
     ),
+    ("load avg before", "load_avg_1m_before"),  # the 1-minute load average at the start
     ("load avg", "load_avg_1m"),  # the machine's 1-minute load average at the end of the run
 ]
+# Columns given as a ratio: all but the load averages.
+RATIO_COLUMNS = COLUMNS[:-2]
 
 
 def _value(row: dict[str, Any], key: Any) -> float | None:
@@ -70,15 +74,17 @@ def table(rows: list[dict[str, Any]]) -> str:
             values = " | ".join(_fmt(_value(row, key)) for _, key in COLUMNS)
             prompts = f"{row.get('completed', '?')}/{row['num_prompts']}"
             lines.append(f"| {concurrency} | {LABELS[kind]} | {prompts} | {values} |")
-        ours, vllm = found["ours"], found["vllm"]
-        if ours and vllm:
-            ratios = []
-            for _, key in COLUMNS[:-2]:
-                a, b = _value(ours, key), _value(vllm, key)
-                ratios.append(f"**{a / b:.2f}**" if a is not None and b else "-")
-            lines.append(
-                f"| {concurrency} | ours ÷ vllm serve | | " + " | ".join(ratios) + " | | |"
-            )
+        vllm = found["vllm"]
+        for kind, title in (("ours", "ours"), ("ours-tuned", "tuned")):
+            ours = found[kind]
+            if ours and vllm:
+                ratios = []
+                for _, key in RATIO_COLUMNS:
+                    a, b = _value(ours, key), _value(vllm, key)
+                    ratios.append(f"**{a / b:.2f}**" if a is not None and b else "-")
+                lines.append(
+                    f"| {concurrency} | {title} ÷ vllm serve | | " + " | ".join(ratios) + " | | |"
+                )
     return "\n".join(lines)
 
 

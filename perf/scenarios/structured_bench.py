@@ -45,7 +45,7 @@ TOOL_MODES = ("auto", "required", "named")
 MODES = (*TOOL_MODES, "json_schema")
 
 
-def server_command(name: str, port: int) -> list[str]:
+def server_command(name: str, port: int, vllm_extra: tuple[str, ...] = ()) -> list[str]:
     common = ["--max-model-len", "2048", "--gpu-memory-utilization", "0.35"]
     if name == "lilac":
         return lilac_argv(port, "--cpu-kvcache-space-gib", "1", *common)
@@ -54,16 +54,17 @@ def server_command(name: str, port: int) -> list[str]:
         "--model", str(MODEL_DIR), "--served-model-name", MODEL_NAME,
         "--dtype", "float32", "--enforce-eager", "--seed", "0",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        "--disable-uvicorn-access-log", *common,
+        "--disable-uvicorn-access-log", *common, *vllm_extra,
     )  # fmt: skip
 
 
-def start(name: str) -> Server:
-    """One of the two servers on a free port, once it answers /health."""
+def start(name: str, vllm_extra: tuple[str, ...] = ()) -> Server:
+    """One of the two servers on a free port, once it answers /health. `vllm_extra`:
+    more arguments for `vllm serve`."""
     port = free_port()
     env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    command = server_command(name, port)
+    command = server_command(name, port, vllm_extra)
     print(f"[{name}] starting: {' '.join(command)}", flush=True)
     started = time.monotonic()
     server = Server(command, OUT / f"server_{name}.log", port=port, env=env, cwd=ROOT)

@@ -68,3 +68,12 @@ def test_check_exit_status(tmp_path: Path) -> None:
     assert main([str(good), "--check"]) == 0
     assert main([str(bad), "--check"]) == 1
     assert main([str(bad)]) == 0  # without --check it only reports
+
+
+def test_a_tuned_run_gets_its_own_ratio_row() -> None:
+    from perf.load.report import table
+
+    text = table([*GOOD, row("ours-tuned", 16, 99, 3690, 0.05)])
+    tuned = next(line for line in text.splitlines() if "tuned ÷ vllm serve" in line)
+    assert "**1.10**" in tuned and "**0.90**" in tuned
+    assert "lilac-serve, tuned flags" in text
