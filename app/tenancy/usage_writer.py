@@ -248,10 +248,9 @@ class UsageWriter:
     async def _insert(self, records: list[UsageRecord]) -> None:
         direct = await self._sqlite_inserts()
         if direct is not None:
-            # The statement as the driver takes it, rows as tuples, on the writer's own
-            # connection: SQLAlchemy's compile, binding and thread hops cost more than
-            # the commit's own work.
-            await direct.insert(SQLITE_INSERT, [_values(r) for r in records])
+            # Rows as tuples, one statement, on the writer's own connection: SQLAlchemy's
+            # compile, binding and thread hops cost more than the commit's own work.
+            await direct.insert([_values(r) for r in records])
             return
         if self.database.dialect.name == "sqlite":  # in memory, or with URL options
             async with self.database.begin() as conn:
