@@ -21,6 +21,7 @@ from app.settings import Settings
 from app.tenancy.commit_window import CommitWindow
 from app.tenancy.schema import usage
 from app.tenancy.service import Tenancy
+from app.tenancy.usage_writer import UsageWriter
 from engine.scripted import ScriptedEngine
 from tests.unit.app.tenancy.helpers import URL, chat, new_key, usage_rows
 
@@ -164,3 +165,29 @@ async def test_a_lone_request_is_not_held_and_others_running_hold_a_batch() -> N
     await asyncio.sleep(0)
     assert holding.done()
     await holding
+
+
+async def test_a_batch_beyond_one_statement_commits_once_and_a_refused_row_spares_the_rest(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """150 rows queued together are one commit of several statements (one transaction);
+    a repeated id is written once; a row the database refuses among 150 others is set
+    aside and the others are committed."""
+    from tests.unit.app.tenancy.test_usage_bounded import record
+
+    writer = UsageWriter(database, tmp_path / "usage-spool.jsonl")
+    file = Path(database.url.database or "") if database.dialect.name == "sqlite" else None
+    await writer.write(record("first"))  # the writer's connection is open
+    before = wal_commits(file) if file is not None else 0
+    batch = [record(f"many-{i}") for i in range(150)] + [record("many-7")]
+    await asyncio.gather(*(writer.write(r) for r in batch))
+    after = wal_commits(file) if file is not None else 0
+    refused = [record(f"more-{i}") for i in range(150)]
+    refused.insert(75, record("bad-null", model=None))  # NOT NULL: refused by both backends
+    await asyncio.gather(*(writer.write(r) for r in refused))
+    await writer.close()
+    rows = {row.request_id for row in await usage_rows(database)}
+    assert rows == {"first"} | {f"many-{i}" for i in range(150)} | {f"more-{i}" for i in range(150)}
+    assert writer.dead_lettered == 1
+    if file is not None:
+        assert after - before == 1
