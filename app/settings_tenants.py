@@ -128,6 +128,16 @@ class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
             section="tenants",
         ),
     ] = 2.0
+    batch_prefill_lines: Annotated[
+        int,
+        Flag(
+            "batch lines one replica lets wait for their first token at once (0: no "
+            "bound): lines enter the engine a few at a time, the next as these are "
+            "prefilled, so a batch starting or resuming never makes one long prefill step "
+            "an interactive request arriving has to wait out",
+            section="tenants",
+        ),
+    ] = 4
     batch_lease_s: Annotated[
         float,
         Flag(

@@ -110,22 +110,27 @@ class LineLeases:
     async def release(self, job_id: str, seq: int, replica: str) -> bool:
         """A line cut before its answer (a drain, a restart, capacity taken back): pending
         again, to run later; its attempt is not counted against it."""
+        return await self.release_many([(job_id, seq)], replica) == 1
+
+    async def release_many(self, held: list[tuple[str, int]], replica: str) -> int:
+        """`release` for many lines in one transaction (lines cut together: one commit,
+        not one each); answers how many were still this replica's to release."""
+        if not held:
+            return 0
         lines = deferred_lines.c
         engine = await self._engine()
+        attempts = (
+            func.max(lines.attempts - 1, 0)
+            if engine.dialect.name == "sqlite"
+            else func.greatest(lines.attempts - 1, 0)
+        )
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
-                .where(_held(job_id, seq, replica))
-                .values(
-                    state=PENDING,
-                    lease_owner=None,
-                    lease_until=None,
-                    attempts=func.max(lines.attempts - 1, 0)
-                    if engine.dialect.name == "sqlite"
-                    else func.greatest(lines.attempts - 1, 0),
-                )
+                .where(or_(*(_held(job_id, seq, replica) for job_id, seq in held)))
+                .values(state=PENDING, lease_owner=None, lease_until=None, attempts=attempts)
             )
-        return changed.rowcount == 1
+        return int(changed.rowcount)
 
     async def answer(
         self,

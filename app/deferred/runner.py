@@ -17,8 +17,11 @@ engine every extra sequence slows each step of every request, and a line's prefi
 delays the steps it shares, so when an interactive request arrives the newest lines over
 that count are cut at once, and lines start again only once no interactive request has
 run for `resume_after_s` (so a steady load with short gaps between its requests does not
-let lines in and out). A cut line is pending again, runs later, and is billed only when
-answered."""
+let lines in and out). Lines enter the engine a few at a time: at most `prefill_lines`
+wait for their first token at once, the next starting as those are prefilled, so a
+batch starting (or resuming) never puts one long prefill step of many lines in the
+way of an interactive request. A cut line is pending again, runs later, and is billed
+only when answered."""
 
 from __future__ import annotations
 
@@ -68,6 +71,8 @@ class Capacity(Protocol):
 
     def deferred_running(self) -> int: ...
 
+    def deferred_prefilling(self) -> int: ...
+
     def interactive_running(self) -> int: ...
 
     def interactive_waiting(self) -> bool: ...
@@ -102,6 +107,7 @@ class DeferredRunner:
         concurrency: int = 32,
         beside_interactive: int = 0,
         resume_after_s: float = 2.0,
+        prefill_lines: int = 4,
         lease_s: float = 60.0,
         tick_s: float = 0.25,
         jobs_every_s: float = 1.0,
@@ -115,6 +121,7 @@ class DeferredRunner:
         self.concurrency = concurrency
         self.beside_interactive = beside_interactive
         self.resume_after_s = resume_after_s
+        self.prefill_lines = prefill_lines
         self.lease_s = lease_s
         self.tick_s = tick_s
         self.jobs_every_s = jobs_every_s
@@ -130,7 +137,8 @@ class DeferredRunner:
         self._exhausted: set[str] = set()  # runnable jobs with no line to claim now
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._releases: set[asyncio.Task[bool]] = set()
+        self._releases: set[asyncio.Task[None]] = set()
+        self._to_release: list[tuple[str, int]] = []  # lines cut, not yet pending again
 
     # ------------------------------------------------------------ lifecycle
 
@@ -141,6 +149,10 @@ class DeferredRunner:
     def wake(self) -> None:
         """New work (a job was created or cancelled): look at the jobs now."""
         self._jobs_at = float("-inf")
+        self._wake.set()
+
+    def prefilled(self) -> None:
+        """A line's first token came (admission calls this): the next may start now."""
         self._wake.set()
 
     async def close(self) -> None:
@@ -244,7 +256,13 @@ class DeferredRunner:
         # Every line in the engine's batch slows each step of an interactive request:
         # while they run, and for a while after, only `beside_interactive` lines may.
         limit = self.beside_interactive if self.interactive_recently() else self.concurrency
-        return min(limit - len(self.running), self.capacity.deferred_room() - starting)
+        room = min(limit - len(self.running), self.capacity.deferred_room() - starting)
+        if self.prefill_lines > 0:
+            # A line's prefill shares the engine's step with every running request: a
+            # few at a time keep each step short (the next start as these get a token).
+            prefilling = self.capacity.deferred_prefilling() + starting
+            room = min(room, self.prefill_lines - prefilling)
+        return room
 
     async def _fill(self) -> None:
         room = self._room()
@@ -306,11 +324,26 @@ class DeferredRunner:
         if self.running.pop((job.id, line.seq), None) is None:
             return
         self.stats.cut += 1
-        release = asyncio.get_running_loop().create_task(
-            self.store.release(job.id, line.seq, self.replica)
-        )
-        self._releases.add(release)
-        release.add_done_callback(self._releases.discard)
+        self._release_later(job.id, line.seq)
+
+    def _release_later(self, job_id: str, seq: int) -> None:
+        """Make a cut line pending again, in one transaction with the other lines cut at
+        the same moment: an interactive request arriving cuts every line, and one commit
+        takes the event loop (which serves that request) for far less than one each."""
+        self._to_release.append((job_id, seq))
+        if len(self._to_release) == 1:
+            release = asyncio.get_running_loop().create_task(self._release_cut())
+            self._releases.add(release)
+            release.add_done_callback(self._releases.discard)
+
+    async def _release_cut(self) -> None:
+        await asyncio.sleep(0)  # the lines cut in this same moment unwind and join first
+        held, self._to_release = self._to_release, []
+        try:
+            await self.store.release_many(held, self.replica)
+        except Exception:
+            # The database failed: the lines stay claimed and run again after their lease.
+            log.exception("deferred work: %d cut lines could not be released", len(held))
 
     async def _line(self, job: Job, line: Line) -> None:
         handler = self.handlers[job.kind]
@@ -319,7 +352,7 @@ class DeferredRunner:
                 answer = await handler.run(job, line)
             except (Cut, asyncio.CancelledError):
                 self.stats.cut += 1
-                await asyncio.shield(self.store.release(job.id, line.seq, self.replica))
+                self._release_later(job.id, line.seq)
                 return
             if await asyncio.shield(
                 self.store.answer(

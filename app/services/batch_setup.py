@@ -58,9 +58,11 @@ def build_batches(
         concurrency=settings.batch_concurrency,
         beside_interactive=settings.batch_concurrency_beside_interactive,
         resume_after_s=settings.batch_resume_after_s,
+        prefill_lines=settings.batch_prefill_lines,
         lease_s=settings.batch_lease_s,
         should_poll=lambda: has_database(database),
     )
     admission.interactive_queued.append(runner.make_room)
     admission.interactive_arrived.append(runner.interactive_arrived)
+    admission.deferred_prefilled.append(runner.prefilled)
     return BatchService(store, files, runner), runner

@@ -37,6 +37,12 @@ def deferred_running(queue: AdmissionQueue) -> int:
     return sum(is_deferred(t.client) for t in queue.running.values())
 
 
+def deferred_prefilling(queue: AdmissionQueue) -> int:
+    """Deferred generations admitted whose first output has not come: prompts the engine
+    is prefilling, or about to."""
+    return sum(is_deferred(t.client) for t in queue.prefilling())
+
+
 def deferred_room(queue: AdmissionQueue, cap: int, total_cap: int, model: str | None) -> int:
     """How many deferred generations may start now on `model`: none while a request
     waits for it; else the free part of its cap and of its KV budget, less the headroom

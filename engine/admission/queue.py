@@ -234,6 +234,10 @@ class AdmissionQueue:
     def queued_by(self, client: str) -> int:
         return self._waiting_by_client[client]
 
+    def prefilling(self) -> list[Ticket]:
+        """The running tickets whose first output has not come yet."""
+        return list(self._prefilling.values())
+
     def prefill_pending(self, client: str, model: str = "") -> int:
         """Prompt tokens `client` has admitted on `model` whose first output has not come."""
         return self._prefill_by_client[(client, model)]

@@ -93,6 +93,9 @@ class AdmissionController:
         self.interactive_queued: list[Callable[[], None]] = []
         # Called as each interactive request is offered: deferred work steps aside.
         self.interactive_arrived: list[Callable[[], None]] = []
+        # Called when a deferred generation's first output comes (its prompt is
+        # prefilled): deferred work may start the next lines.
+        self.deferred_prefilled: list[Callable[[], None]] = []
         self.interference_s = 0.0  # time the owner was active or light while we ran
         self._reclaimed_at: float | None = None
         self._last_observed: float | None = None
@@ -117,6 +120,9 @@ class AdmissionController:
 
     def deferred_running(self) -> int:
         return deferred.deferred_running(self.queue)
+
+    def deferred_prefilling(self) -> int:
+        return deferred.deferred_prefilling(self.queue)
 
     def deferred_room(self, model: str | None = None) -> int:
         """How many deferred generations may start now (on `model`, or the most any
@@ -355,6 +361,9 @@ class AdmissionController:
     def _prefilled(self, lease: Lease) -> None:
         self.queue.prefilled(lease.ticket.id)
         self._grant()  # a client held back by its prefills may go on
+        if deferred.is_deferred(lease.ticket.client):
+            for listener in self.deferred_prefilled:
+                listener()
 
     def _release(self, lease: Lease) -> None:
         self._leases.pop(lease.ticket.id, None)

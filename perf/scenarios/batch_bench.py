@@ -8,13 +8,15 @@
 database), at the batch concurrency: output tokens per second, the ceiling. `server`
 starts `lilac-serve` (same engine flags) and measures a batch of `--lines` lines alone,
 from creation to `completed` (output tokens per second over that time, beside the load
-average); then `--rounds` rounds of the interactive load (streamed chat at
-`--interactive-concurrency`), each round once without a batch and once while a batch
-runs (submitted, and measured once its lines run), in alternating order: TTFT p50/p99
-of each condition over all rounds, their ratio, the load average, and how many batch
-lines were cut and answered meanwhile. Lines and interactive requests use `ignore_eos`,
-so each generates exactly `--max-tokens`. Results are JSON lines on stdout and in
-`--out`.
+average); then `--runs` runs, each of `--rounds` rounds of an interactive load driven by
+vLLM's serving benchmark (`vllm bench serve`: random prompts of `--input-len` tokens,
+streamed chat, at `--interactive-concurrency`), each round once without a batch and once
+beside one (submitted, and measured once it runs every line it may), in alternating
+order: per run, TTFT p50/p99 of each condition over its rounds, their ratio, the load
+average, and how many batch lines were cut and answered meanwhile. Lines and
+interactive requests use `ignore_eos`, so each generates exactly `--max-tokens`.
+`--ceiling` names an earlier offline phase's JSON, for the ratio when the phases run
+apart. Results are JSON lines on stdout and in `--out`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import json
 import os
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,41 +77,31 @@ async def offline(args: argparse.Namespace) -> dict[str, Any]:
             "output_tok_s": result["output_throughput"]}  # fmt: skip
 
 
-def interactive(base_url: str, model: str, count: int, concurrency: int, max_tokens: int,
-                tag: str) -> list[float]:  # fmt: skip
-    """TTFT (s) of `count` streamed chats, `concurrency` at a time."""
-    import openai
+def interactive(base_url: str, count: int, concurrency: int, max_tokens: int, seed: int,
+                input_len: int) -> list[float]:  # fmt: skip
+    """TTFT (s) of `count` requests of vLLM's serving benchmark (`vllm bench serve`, as
+    the load benchmark runs it: random prompts of `input_len` tokens, streamed chat,
+    `ignore_eos`) at `concurrency`, each run on its own prompt seed."""
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
-    ttfts: list[float] = []
-    lock = threading.Lock()
-    queue = list(range(count))
+    from engine.checkpoint import resolve_model
+    from perf.load.benchmark import bench_argv
 
-    def worker() -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                i = queue.pop()
-            start = time.perf_counter()
-            stream = client.chat.completions.create(
-                model=model, max_tokens=max_tokens, stream=True,
-                messages=[{"role": "user", "content": f"{tag} {i}: say something."}],
-                extra_body={"ignore_eos": True},
-            )  # fmt: skip
-            first = None
-            for chunk in stream:
-                if first is None and chunk.choices and chunk.choices[0].delta.content:
-                    first = time.perf_counter() - start
-            with lock:
-                ttfts.append(first if first is not None else time.perf_counter() - start)
-
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return ttfts
+    model_dir, _ = resolve_model(None)
+    shape = argparse.Namespace(input_len=input_len, output_len=max_tokens, temperature=0.0)
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    port = base_url.rsplit(":", 1)[1]
+    bench = parser.parse_args([
+        *bench_argv(shape, model_dir),
+        *("--port", port, "--max-concurrency", str(concurrency)),
+        *("--num-prompts", str(count), "--seed", str(seed), "--save-detailed"),
+    ])  # fmt: skip
+    result = main(bench)
+    if result["completed"] != count:
+        raise RuntimeError(f"{count - result['completed']} interactive requests failed")
+    return [float(t) for t in result["ttfts"]]
 
 
 def submit(client: Any, model: str, count: int, max_tokens: int, tag: str) -> Any:
@@ -184,17 +175,19 @@ def server(args: argparse.Namespace) -> list[dict[str, Any]]:
         extra_args=("--data-dir", str(workdir / "data"), "--log-level", "warning",
                     "--batch-concurrency", str(args.concurrency),
                     "--batch-concurrency-beside-interactive", str(args.beside),
-                    "--batch-resume-after-s", str(args.resume_after)),
+                    "--batch-resume-after-s", str(args.resume_after),
+                    "--batch-prefill-lines", str(args.prefill_lines)),
         extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
     )  # fmt: skip
     try:
         client = openai.OpenAI(base_url=f"{running.base_url}/v1", api_key="unused")
         model = DEFAULT_MODEL_NAME
-        interactive(running.base_url, model, 4, 1, 4, "warm")
+        interactive(running.base_url, 4, 1, 4, 999, args.input_len)  # warm-up
         if not args.beside_only:
             rows.append(batch_alone(args, client, model))
             print(json.dumps(rows[-1]), flush=True)
-        rows += side_by_side(args, client, model, running.base_url)
+        for run in range(args.first_run, args.first_run + args.runs):
+            rows += side_by_side(args, client, model, running.base_url, run)
         return rows
     finally:
         running.kill_all()
@@ -215,7 +208,7 @@ def batch_alone(args: argparse.Namespace, client: Any, model: str) -> dict[str, 
 
 
 def side_by_side(
-    args: argparse.Namespace, client: Any, model: str, base_url: str
+    args: argparse.Namespace, client: Any, model: str, base_url: str, run: int
 ) -> list[dict[str, Any]]:
     """`--rounds` rounds, each measuring the interactive load without a batch and beside
     one (the order alternating from round to round, so a machine getting busier or
@@ -224,19 +217,22 @@ def side_by_side(
     loads: dict[str, list[float]] = {"alone": [], "beside": []}
     done_meanwhile = 0
     cut_before = runner_stats(base_url)["cut"]
+    seed = 2000 + 100 * run  # each round its own prompts: none hits the prefix cache
     for round_ in range(args.rounds):
         order = ("alone", "beside") if round_ % 2 == 0 else ("beside", "alone")
         for condition in order:
             until(lambda: running_lines(base_url) == 0)  # no batch line left from before
             batch = None
             if condition == "beside":
-                batch = submit(client, model, args.lines, args.max_tokens, f"beside{round_}")
-                until(lambda: running_lines(base_url) >= min(args.concurrency, args.lines) / 2)
+                batch = submit(client, model, args.lines, args.max_tokens, f"beside{seed}")
+                # The batch in full swing: every line it may run is running.
+                until(lambda: running_lines(base_url) >= min(args.concurrency, args.lines))
             loads[condition].append(os.getloadavg()[0])
             ttfts[condition] += interactive(
-                base_url, model, args.interactive, args.interactive_concurrency,
-                args.max_tokens, f"{condition}{round_}",
+                base_url, args.interactive, args.interactive_concurrency, args.max_tokens,
+                seed, args.input_len,
             )  # fmt: skip
+            seed += 1
             loads[condition].append(os.getloadavg()[0])
             if batch is not None:
                 done_meanwhile += client.batches.retrieve(batch.id).request_counts.completed
@@ -254,6 +250,7 @@ def side_by_side(
     beside["p50_ratio"] = beside["ttft_p50_ms"] / alone["ttft_p50_ms"]
     beside["p99_ratio"] = beside["ttft_p99_ms"] / alone["ttft_p99_ms"]
     for row in (alone, beside):
+        row["run"] = run
         print(json.dumps(row), flush=True)
     return [alone, beside]
 
@@ -266,12 +263,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--interactive", type=int, default=32)
     parser.add_argument("--interactive-concurrency", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per run")
+    parser.add_argument("--runs", type=int, default=2,
+                        help="side-by-side runs, each reported on its own")  # fmt: skip
+    parser.add_argument("--first-run", type=int, default=0,
+                        help="the first run's number (its prompts follow from it)")  # fmt: skip
+    parser.add_argument("--input-len", type=int, default=128,
+                        help="prompt tokens of an interactive request")  # fmt: skip
     parser.add_argument("--beside", type=int, default=0,
                         help="--batch-concurrency-beside-interactive of the server")  # fmt: skip
     parser.add_argument("--resume-after", type=float, default=2.0,
                         help="--batch-resume-after-s of the server")  # fmt: skip
+    parser.add_argument("--prefill-lines", type=int, default=4,
+                        help="--batch-prefill-lines of the server")  # fmt: skip
     parser.add_argument("--beside-only", action="store_true", help="skip the batch alone")
+    parser.add_argument("--ceiling", type=Path, default=None,
+                        help="the offline phase's JSON, for the batch's share of it")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("perf/out/batch"))
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
@@ -281,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.phase in ("server", "all"):
         rows += server(args)
     by_kind = {row["kind"]: row for row in rows}
+    if args.phase == "server" and args.ceiling is not None:  # an earlier offline run
+        by_kind["offline"] = json.loads(args.ceiling.read_text())[0]
     if "offline" in by_kind and "batch_alone" in by_kind:
         ratio = by_kind["batch_alone"]["output_tok_s"] / by_kind["offline"]["output_tok_s"]
         rows.append({"kind": "batch_vs_offline", "ratio": ratio})

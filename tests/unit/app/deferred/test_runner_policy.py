@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import Answer, DeferredRunner
-from app.deferred.store import ANSWERED, PENDING, RUNNING, Job, Line, LineCounts
+from app.deferred.store import ANSWERED, PENDING, RUNNING, DeferredStore, Job, Line, LineCounts
+from app.storage.database import TenantDatabase
 from tests.unit.app.deferred.test_store import Clock, job, record, store_of, usage_count
 
 
@@ -23,6 +24,7 @@ class ScriptedCapacity:
     waiting: bool = False
     open: bool = True
     room: int = 100
+    prefilling: int = 0
 
     def admitting(self) -> bool:
         return self.open
@@ -32,6 +34,9 @@ class ScriptedCapacity:
 
     def deferred_running(self) -> int:
         return 0
+
+    def deferred_prefilling(self) -> int:
+        return self.prefilling
 
     def interactive_running(self) -> int:
         return self.interactive
@@ -171,3 +176,112 @@ async def test_a_reclaim_cuts_every_line(database: AsyncEngine) -> None:
     assert not runner.running
     counts = (await runner.store.counts(["batch_a"]))["batch_a"]
     assert counts.by_state == {PENDING: 6}
+
+
+@dataclass
+class AdmittedCapacity(ScriptedCapacity):
+    """Every started line admitted at once; `first_tokens` of them prefilled."""
+
+    runner: DeferredRunner | None = None
+    first_tokens: int = 0
+
+    def deferred_running(self) -> int:
+        assert self.runner is not None
+        return len(self.runner.running)
+
+    def deferred_prefilling(self) -> int:
+        return self.deferred_running() - self.first_tokens
+
+
+async def test_lines_enter_the_engine_a_few_at_a_time(database: AsyncEngine) -> None:
+    clock = Clock()
+    store = store_of(database, clock)
+    await store.create(job(), [f'{{"n": {i}}}' for i in range(10)])
+    capacity = AdmittedCapacity()
+    handler = HeldLines()
+    runner = DeferredRunner(
+        store, capacity, [handler], replica="r1", concurrency=6, prefill_lines=2,
+        jobs_every_s=0.0, clock=clock,
+    )  # fmt: skip
+    capacity.runner = runner
+    await runner.step()
+    assert len(runner.running) == 2  # two prompts waiting to prefill: no more start
+    await runner.step()
+    assert len(runner.running) == 2
+    capacity.first_tokens = 2  # both prefilled: admission calls `prefilled`
+    runner.prefilled()
+    await runner.step()
+    assert len(runner.running) == 4
+    capacity.first_tokens = 3
+    await runner.step()
+    assert len(runner.running) == 5  # one prefilling: one more may
+    capacity.first_tokens = 5
+    await runner.step()
+    assert len(runner.running) == 6  # and never past the concurrency
+    handler.go.set()
+    await runner.drain_lines()
+    await runner.close()
+
+
+async def test_no_prefill_bound_starts_the_concurrency_at_once(database: AsyncEngine) -> None:
+    clock = Clock()
+    store = store_of(database, clock)
+    await store.create(job(), [f'{{"n": {i}}}' for i in range(10)])
+    capacity = AdmittedCapacity()
+    handler = HeldLines()
+    runner = DeferredRunner(
+        store, capacity, [handler], replica="r1", concurrency=6, prefill_lines=0,
+        jobs_every_s=0.0, clock=clock,
+    )  # fmt: skip
+    capacity.runner = runner
+    await runner.step()
+    assert len(runner.running) == 6
+    handler.go.set()
+    await runner.drain_lines()
+    await runner.close()
+
+
+async def test_lines_not_yet_admitted_count_as_prefilling(database: AsyncEngine) -> None:
+    """A line started but not yet through admission will prefill too: it takes a place."""
+    runner, _, handler, _ = await _setup(database)
+    runner.prefill_lines = 3  # the scripted capacity admits nothing: all are starting
+    await runner.step()
+    assert len(runner.running) == 3
+    await runner.step()
+    assert len(runner.running) == 3
+    handler.go.set()
+    await runner.drain_lines()
+
+
+class CountingStore(DeferredStore):
+    """The real store, noting each release it is asked for."""
+
+    releases: list[int]
+
+    async def release_many(self, held: list[tuple[str, int]], replica: str) -> int:
+        self.releases.append(len(held))
+        return await super().release_many(held, replica)
+
+
+async def test_lines_cut_together_are_released_in_one_transaction(
+    database: AsyncEngine,
+) -> None:
+    clock = Clock()
+    url = database.url.render_as_string(hide_password=False)
+    store = CountingStore(TenantDatabase(url, database), clock)
+    store.releases = []
+    await store.create(job(), [f'{{"n": {i}}}' for i in range(6)])
+    handler = HeldLines()
+    runner = DeferredRunner(
+        store, ScriptedCapacity(), [handler], replica="r1", concurrency=4,
+        beside_interactive=0, jobs_every_s=0.0, clock=clock,
+    )  # fmt: skip
+    await runner.step()
+    await asyncio.sleep(0)
+    assert len(handler.started) == 4
+    runner.interactive_arrived()
+    await _settle(runner)
+    assert store.releases == [4]
+    counts = (await store.counts(["batch_a"]))["batch_a"]
+    assert counts.by_state == {PENDING: 6}
+    assert runner.stats.cut == 4 and not runner.running

@@ -126,6 +126,24 @@ async def test_a_cut_line_is_pending_again_without_an_attempt(database: AsyncEng
     assert again.attempts == 1
 
 
+async def test_lines_cut_together_are_released_in_one_go(database: AsyncEngine) -> None:
+    store = store_of(database, Clock())
+    await store.create(job(), [f'{{"n": {i}}}' for i in range(4)])
+    await store.create(job("batch_b"), ['{"n": 0}'])
+    await store.claim("batch_a", "r1", 3, 60)  # lines 0-2 run on r1
+    await store.claim("batch_a", "r2", 1, 60)  # line 3 on r2
+    await store.claim("batch_b", "r1", 1, 60)
+    held = [("batch_a", 0), ("batch_a", 2), ("batch_a", 3), ("batch_b", 0)]
+    assert await store.release_many(held, "r1") == 3  # line 3 is r2's: left alone
+    assert await store.release_many([], "r1") == 0
+    counts = await store.counts(["batch_a", "batch_b"])
+    assert counts["batch_a"].by_state == {PENDING: 2, "running": 2}
+    assert counts["batch_b"].by_state == {PENDING: 1}
+    again = await store.claim("batch_a", "r3", 5, 60)
+    assert sorted(line.seq for line in again) == [0, 2]
+    assert {line.attempts for line in again} == {1}  # a cut is not counted as an attempt
+
+
 async def test_expiry_ends_pending_lines_and_leaves_running_ones(database: AsyncEngine) -> None:
     store = store_of(database, Clock())
     await store.create(job(), ['{"n": 0}', '{"n": 1}', '{"n": 2}'])

@@ -15,7 +15,7 @@ from engine.admission.probes import GpuSample
 from engine.admission.queue import Ticket
 from engine.admission.runtime import AdmissionController
 from engine.errors import AdmissionRejected, Drained
-from engine.protocol import GenerateOutput, GenerateRequest, SamplingOptions
+from engine.protocol import DEFERRED_PREFIX, GenerateOutput, GenerateRequest, SamplingOptions
 from engine.scripted import ScriptedEngine
 
 OWNER = GpuSample(90.0, 8000.0, 1)
@@ -201,6 +201,25 @@ async def test_prompts_count_as_prefilling_until_their_first_output() -> None:
     await started
     assert controller.queue.prefill_pending("c", name) == 0  # the first output: prefilled
     await stream.aclose()
+
+
+async def test_a_deferred_prompt_counts_until_its_first_output_and_says_so() -> None:
+    generate, controller, _, _ = make(max_concurrent=8)
+    prefilled: list[str] = []
+    controller.deferred_prefilled.append(lambda: prefilled.append("deferred"))
+    interactive = generate(request("i", tokens=100))
+    line = generate(request("b", tokens=100, client=DEFERRED_PREFIX + "k"))
+    firsts = [asyncio.create_task(anext(interactive)), asyncio.create_task(anext(line))]
+    await asyncio.sleep(0)  # both admitted, neither has an output yet
+    assert controller.deferred_prefilling() == 1  # the interactive prompt is not counted
+    assert controller.deferred_running() == 1
+    await asyncio.gather(*firsts)
+    assert controller.deferred_prefilling() == 0
+    assert prefilled == ["deferred"]  # once, and only for the deferred generation
+    async for _ in line:
+        pass
+    assert prefilled == ["deferred"]
+    await interactive.aclose()
 
 
 async def test_a_request_cancelled_as_it_is_granted_gives_its_slot_back() -> None:
