@@ -24,6 +24,7 @@ SCENARIOS: dict[str, str] = {
     "loop-stall": "perf.scenarios.loop_stall",
     "no-admission": "perf.load.no_admission",
     "offline": "perf.load.offline",
+    "paced-stream": "perf.load.paced_stream",
     "profile-server": "perf.load.profile_server",
     "scripted-app": "perf.harness.scripted_app",
     "soak": "perf.soak.run",

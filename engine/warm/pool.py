@@ -32,6 +32,9 @@ from engine.warm.wakes import WakeBudget
 
 log = logging.getLogger("lilac.warm")
 
+# How often the idle check runs when no model can sleep for being idle.
+NO_KEEP_ALIVE_CHECK_S = 10.0
+
 _ROOM_POLL_S = 0.05  # how often a wake waiting for memory looks again
 
 
@@ -282,8 +285,16 @@ class ModelPool:
 
     async def _idle_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.idle_check_s)
+            await asyncio.sleep(self._idle_check_interval())
             await self._sleep_idle_logged()
+
+    def _idle_check_interval(self) -> float:
+        """`idle_check_s` while some model sleeps when idle; otherwise (every model
+        pinned or kept alive for ever, the default) a check now and then is enough: each
+        wake-up costs the process CPU, twice a second for nothing."""
+        if any(m.config.keep_alive_s >= 0 and not m.config.pinned for m in self.models):
+            return self.idle_check_s
+        return max(self.idle_check_s, NO_KEEP_ALIVE_CHECK_S)
 
     async def _sleep_idle_logged(self) -> None:
         try:

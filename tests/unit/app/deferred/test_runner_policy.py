@@ -178,6 +178,75 @@ async def test_a_reclaim_cuts_every_line(database: AsyncEngine) -> None:
     assert counts.by_state == {PENDING: 6}
 
 
+async def test_an_idle_runner_looks_for_jobs_less_often_and_at_once_when_woken(
+    database: AsyncEngine,
+) -> None:
+    """With no job and no line running, the runner looks at the jobs every
+    `idle_jobs_every_s` (each look is a database query and a wake-up of the process); a
+    job another replica makes is found by then, one made here (`wake`) at once."""
+    clock = Clock()
+    store = store_of(database, clock)
+    runner = DeferredRunner(
+        store, ScriptedCapacity(), [HeldLines()], replica="r1", concurrency=4, clock=clock
+    )
+    await runner.step()  # the first look: nothing there
+    assert runner._wait_s() == runner.idle_jobs_every_s
+
+    await store.create(job("batch_b"), ['{"n": 0}'])  # made by another replica
+    clock.now += runner.jobs_every_s
+    await runner.step()
+    assert not runner.running, "an idle runner looked again after jobs_every_s"
+    clock.now += runner.idle_jobs_every_s
+    await runner.step()
+    assert len(runner.running) == 1
+    assert runner._wait_s() == runner.tick_s  # busy again: every tick
+
+    await runner.cut_all()
+
+
+async def test_a_job_made_here_wakes_an_idle_runner_at_once(database: AsyncEngine) -> None:
+    clock = Clock()
+    store = store_of(database, clock)
+    runner = DeferredRunner(
+        store, ScriptedCapacity(), [HeldLines()], replica="r1", concurrency=4, clock=clock
+    )
+    await runner.step()
+    await store.create(job("batch_c"), ['{"n": 0}', '{"n": 1}'])
+    runner.wake()  # what the batches and background services call on a new job
+    await runner.step()
+    assert sorted(r.line.seq for r in runner.running.values()) == [0, 1]
+    await runner.cut_all()
+
+
+class Finalizing(HeldLines):
+    """A job the runner looks after but starts no line of (validating, finalizing)."""
+
+    runnable_states: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tended = 0
+
+    async def tend(self, job: Job, counts: LineCounts) -> None:
+        self.tended += 1
+
+
+async def test_a_job_being_finalized_keeps_the_runner_looking_every_second(
+    database: AsyncEngine,
+) -> None:
+    clock = Clock()
+    store = store_of(database, clock)
+    await store.create(job("batch_d"), ['{"n": 0}'])
+    handler = Finalizing()
+    runner = DeferredRunner(store, ScriptedCapacity(), [handler], replica="r1", clock=clock)
+    await runner.step()
+    assert handler.tended == 1 and not runner.running
+    assert runner._wait_s() == runner.tick_s
+    clock.now += runner.jobs_every_s
+    await runner.step()
+    assert handler.tended == 2
+
+
 @dataclass
 class AdmittedCapacity(ScriptedCapacity):
     """Every started line admitted at once; `first_tokens` of them prefilled."""

@@ -28,6 +28,7 @@ def named(runner: DeferredRunner, name: str) -> DeferredRunner:
     runner.handlers["batch"].replica = name  # type: ignore[attr-defined]
     runner.tick_s = 0.02
     runner.jobs_every_s = 0.05
+    runner.idle_jobs_every_s = 0.05  # the other replica's new batch, found at once
     runner.concurrency = 3
     return runner
 

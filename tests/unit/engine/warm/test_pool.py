@@ -17,7 +17,7 @@ from engine.protocol import GenerateRequest, ModelHost, SamplingOptions
 from engine.scripted import ScriptedEngine
 from engine.warm.host import PoolHost
 from engine.warm.model import ModelState, WarmConfig, WarmModel
-from engine.warm.pool import ModelPool
+from engine.warm.pool import NO_KEEP_ALIVE_CHECK_S, ModelPool
 from engine.warm.sleeper import PauseSleeper
 
 
@@ -135,6 +135,17 @@ async def test_the_background_task_sleeps_a_model_right_after_its_last_request()
         assert model(pool, "m0").state is ModelState.ASLEEP  # woken by the request's end
     finally:
         await pool.shutdown()
+
+
+def test_the_idle_check_runs_often_only_while_a_model_can_sleep_for_being_idle() -> None:
+    """Each check is a wake-up of the server's process: with every model kept alive
+    for ever (the default) or pinned, it runs every NO_KEEP_ALIVE_CHECK_S only."""
+    never, _, _, _ = make_pool(
+        WarmConfig(), WarmConfig(keep_alive_s=0.0, pinned=True), idle_check_s=0.5
+    )
+    assert never._idle_check_interval() == NO_KEEP_ALIVE_CHECK_S
+    some, _, _, _ = make_pool(WarmConfig(), WarmConfig(keep_alive_s=60.0), idle_check_s=0.5)
+    assert some._idle_check_interval() == 0.5
 
 
 async def test_a_model_with_a_request_in_flight_does_not_sleep() -> None:
