@@ -130,10 +130,15 @@ class Limiter:
 
     def _state(self, key_id: str, limits: KeyLimits, now: float) -> KeyState:
         state = self._keys.get(key_id)
-        # New, or its limits were changed (the same object, mostly: the cached key's).
-        if state is None or (state.limits is not limits and state.limits != limits):
+        if state is not None and state.limits is limits:  # the cached key's: most calls
+            return state
+        # New, or its limits were changed; else the same limits in a record the key
+        # cache read again (each second): kept, so the next calls find it the same object.
+        if state is None or state.limits != limits:
             state = KeyState(limits, now)
             self._keys[key_id] = state
+        else:
+            state.limits = limits
         return state
 
     def admit(self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1) -> Reservation:

@@ -8,7 +8,7 @@ reaching a handler; the key's record travels to the handlers in the ASGI scope
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.anthropic_errors import is_anthropic_path
@@ -82,11 +82,13 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
 
-        async def send_with_limits(message: Any) -> None:
+        # A plain function returning `send`'s awaitable, not a coroutine of its own: it
+        # runs on every send, a streamed response's every frame.
+        def send_with_limits(message: Any) -> Awaitable[None]:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers") or [])
                 headers.extend(limiter.headers(key.id, key.limits))
                 message = {**message, "headers": headers}
-            await send(message)
+            return send(message)
 
         await self.app(scope, receive, send_with_limits)

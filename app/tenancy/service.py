@@ -205,6 +205,9 @@ class RequestMeter:
         if self.settled:
             return False
         self.settled = True
+        writer = self.tenancy.writer
+        if writer is not None:
+            writer.window.closed()
         if self.reservation is not None:
             used = record.prompt_tokens + record.completion_tokens
             self.tenancy.limiter.settle(self.reservation, used)
@@ -318,6 +321,8 @@ class Tenancy:
             if self.writer is not None:  # a count per key, minute and reason; not a row
                 self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
+        if self.writer is not None:  # its row will come: a group commit may wait for it
+            self.writer.window.opened()
         return meter
 
     async def admit_unmetered(self, key: KeyRecord, model: str) -> None:

@@ -9,6 +9,7 @@ durable (group commits, the spool, dead letters, refusal counts) is `UsageWriter
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import operator
 import time
@@ -56,10 +57,20 @@ _last_day: list[int | str] = [-1, ""]
 
 FIELDS = tuple(field.name for field in dataclasses.fields(UsageRecord))
 _values = operator.attrgetter(*FIELDS)  # a record's values in FIELDS order
+_ROW = f"({', '.join('?' * len(FIELDS))})"
 SQLITE_INSERT = (
-    f"INSERT INTO usage ({', '.join(FIELDS)}) VALUES ({', '.join('?' * len(FIELDS))}) "
-    "ON CONFLICT (request_id) DO NOTHING"
+    f"INSERT INTO usage ({', '.join(FIELDS)}) VALUES {_ROW} ON CONFLICT (request_id) DO NOTHING"
 )
+
+
+@functools.cache
+def sqlite_insert(rows: int) -> str:
+    """One statement that inserts `rows` records (their values one after the other)."""
+    values = ", ".join([_ROW] * rows)
+    return (
+        f"INSERT INTO usage ({', '.join(FIELDS)}) VALUES {values} "
+        "ON CONFLICT (request_id) DO NOTHING"
+    )
 
 
 def _row(record: UsageRecord) -> dict[str, Any]:

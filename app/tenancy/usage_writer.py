@@ -3,7 +3,9 @@
 Each request becomes one `UsageRecord`. `UsageWriter.write` returns once the record is
 durable: the generation routes await it before the client gets the last byte of the
 response, so a completed request is never billed from memory alone. Records that
-arrive together are committed together (one transaction: a group commit).
+arrive together are committed together (one transaction: a group commit); while other
+metered requests run, a commit waits a little for them to join it
+(app.tenancy.commit_window), so that many concurrent requests share one commit.
 
 No record can take the others down with it. When a group commit fails, its records are
 committed one by one; one the database still refuses while it answers (a value it will
@@ -42,6 +44,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.tenancy.commit_window import CommitWindow
 from app.tenancy.keys import KeyStore
 from app.tenancy.schema import REASON_CHARS, usage, usage_dead_letter, usage_refusals
 from app.tenancy.usage import (
@@ -76,7 +79,13 @@ class UsageWriter:
         self._keys = keys
         self._pending: list[tuple[UsageRecord, asyncio.Future[None] | None]] = []
         self._refusals: dict[RefusalKey, int] = {}
-        self._wake = asyncio.Event()
+        # Which metered requests run and when rows came: when a group commit starts.
+        self.window = CommitWindow()
+        # The writer task sleeps on `_wakeup` (a future and a timer: cheaper than an
+        # Event under `wait_for`, which makes a task each time); `_woken` notes a wake
+        # that came while it was busy.
+        self._wakeup: asyncio.Future[None] | None = None
+        self._woken = False
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.db_ok = True
@@ -99,14 +108,17 @@ class UsageWriter:
         written with the others (the flush skips a future that is done)."""
         future = asyncio.get_running_loop().create_future()
         self._pending.append((record, future))
-        self._wake.set()
-        self.start()  # started by the app's lifespan; else (a tool, a test) on first use
+        self.window.arrived()
+        self._wake()
+        if self._task is None:  # started by the app's lifespan; else (a tool, a test) here
+            self.start()
         await future
 
     def submit(self, record: UsageRecord) -> None:
         """Queue a record without waiting (a cancelled request: nobody waits for it)."""
         self._pending.append((record, None))
-        self._wake.set()
+        self.window.arrived()
+        self._wake()
         self.start()
 
     def refuse(self, key_id: str, reason: str, at: float) -> None:
@@ -119,7 +131,8 @@ class UsageWriter:
     async def close(self) -> None:
         """Write everything queued (SIGTERM, shutdown); then stop."""
         self._closing = True
-        self._wake.set()
+        self._wake()
+        self.window.release()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -127,11 +140,31 @@ class UsageWriter:
         await self._flush()
         await self._close_direct()
 
+    def _wake(self) -> None:
+        self._woken = True
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    async def _sleep(self) -> None:
+        """Until a record or refusal comes (or `close`), at most `RETRY_S`: the spool and
+        the refusal counts are looked at each second."""
+        if not self._woken:
+            loop = asyncio.get_running_loop()
+            wakeup = self._wakeup = loop.create_future()
+            timer = loop.call_later(RETRY_S, _resolve, wakeup)
+            try:
+                await wakeup
+            finally:
+                timer.cancel()
+                self._wakeup = None
+        self._woken = False
+
     async def _run(self) -> None:
         while not self._closing:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RETRY_S)
-            self._wake.clear()
+            await self._sleep()
+            if self._pending and not self._closing:
+                await self.window.hold()  # others running may join this commit
             try:
                 await self._flush()
             except Exception:  # the local disk failed too: say so loudly, keep the writer
@@ -145,6 +178,7 @@ class UsageWriter:
         if not self._pending:
             return
         batch, self._pending = self._pending, []
+        self.window.taken()
         try:
             unwritten = await self._commit([record for record, _ in batch])
             if unwritten:
@@ -214,10 +248,9 @@ class UsageWriter:
     async def _insert(self, records: list[UsageRecord]) -> None:
         direct = await self._sqlite_inserts()
         if direct is not None:
-            # The statement as the driver takes it, rows as tuples, on the writer's own
-            # connection: SQLAlchemy's compile, binding and thread hops cost more than
-            # the commit's own work.
-            await direct.insert(SQLITE_INSERT, [_values(r) for r in records])
+            # Rows as tuples, one statement, on the writer's own connection: SQLAlchemy's
+            # compile, binding and thread hops cost more than the commit's own work.
+            await direct.insert([_values(r) for r in records])
             return
         if self.database.dialect.name == "sqlite":  # in memory, or with URL options
             async with self.database.begin() as conn:
@@ -352,6 +385,11 @@ class UsageWriter:
         elif not ok and self.db_ok:
             log.error("usage: database write failed (%s); spooling to %s", exc, self.spool)
         self.db_ok = ok
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _fault(exc: BaseException) -> str | None:
