@@ -89,10 +89,12 @@ class AdmissionController:
         # "return" (admitting again -> engine resumed) and "queue_wait" (per admitted
         # request, in its own task); metrics and the access log listen.
         self.observers: list[Callable[[str, float], None]] = []
-        # Called when an interactive request has to queue: deferred work makes room.
-        self.interactive_queued: list[Callable[[], None]] = []
-        # Called as each interactive request is offered: deferred work steps aside.
-        self.interactive_arrived: list[Callable[[], None]] = []
+        # Called with its model when an interactive request has to queue: deferred work
+        # on that model makes room.
+        self.interactive_queued: list[Callable[[str], None]] = []
+        # Called with its model as each interactive request is offered: deferred work on
+        # that model steps aside.
+        self.interactive_arrived: list[Callable[[str], None]] = []
         self.interference_s = 0.0  # time the owner was active or light while we ran
         self._reclaimed_at: float | None = None
         self._last_observed: float | None = None
@@ -112,8 +114,8 @@ class AdmissionController:
         """Whether an interactive request waits in the queue (deferred work never does)."""
         return deferred.interactive_waiting(self.queue, model)
 
-    def interactive_running(self) -> int:
-        return deferred.interactive_running(self.queue)
+    def interactive_running(self, model: str | None = None) -> int:
+        return deferred.interactive_running(self.queue, model)
 
     def deferred_running(self) -> int:
         return deferred.deferred_running(self.queue)
@@ -306,7 +308,7 @@ class AdmissionController:
             raise self._not_admitting(now)
         if not deferred.is_deferred(ticket.client):
             for listener in self.interactive_arrived:
-                listener()
+                listener(ticket.model)
         ticket.arrived, ticket.deadline = now, now + self.policy.queue_timeout_s
         try:
             started = self.queue.offer(ticket, self._cap(), self._total_cap())
@@ -319,7 +321,7 @@ class AdmissionController:
             raise refusals.no_room_for_deferred()
         if not started:
             for listener in self.interactive_queued:
-                listener()
+                listener(ticket.model)
             await self._wait(ticket)
         lease = Lease(ticket, request_id, self._drained_error, self._prefilled)
         self._leases[ticket.id] = lease
