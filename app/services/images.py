@@ -13,12 +13,11 @@ than identity is refused), so that a few hundred bytes of stacked gzip cannot ex
 past the size limit before it is checked. Decoding runs in a small pool of its own
 (not the default executor, where the GPU probe runs), and the bytes of images being
 fetched or decoded, across all requests, are bounded (`ImageLimits.bytes_in_flight`)
-and shared fairly between clients (`ByteBudget`): over it a request gets a 503
-`images_busy` (a 429 `image_share_exceeded` over its client's share) rather than more
-memory. An address is
-judged public after unwrapping the IPv4 address an IPv6 one may carry (IPv4-mapped
-and -compatible, NAT64, 6to4, Teredo); errors name the URL's host, never the address
-it resolved to.
+and shared fairly between clients (`ByteBudget`, app.services.image_budget): over it a
+request gets a 503 `images_busy` (a 429 `image_share_exceeded` over its client's share)
+rather than more memory. An address is judged public after unwrapping the IPv4 address
+an IPv6 one may carry (IPv4-mapped and -compatible, NAT64, 6to4, Teredo); errors name
+the URL's host, never the address it resolved to.
 
 Every failure is an `InvalidRequest` (400) whose `param` names the part, e.g.
 `messages[1].content[2].image_url`. Images load concurrently; the first failure cancels
@@ -44,6 +43,7 @@ from PIL import Image
 from app.errors import InvalidRequest, ServiceUnavailable, TooManyRequests
 from app.schemas.chat import Content, ImagePart, Message, TextPart, UserContent
 from app.services.addresses import is_public
+from app.services.image_budget import ByteBudget, Held
 from app.services.image_decoding import (
     ImageError,
     ImageRef,
@@ -103,76 +103,6 @@ def template_content(content: Content | UserContent | None) -> str | list[dict[s
         {"type": "image"} if isinstance(part, ImagePart) else {"type": "text", "text": part.text}
         for part in content
     ]
-
-
-class ByteBudget:
-    """Bytes held by images in flight, across requests, shared fairly between clients
-    (admission's fairness key: with API keys, the key). Taking is all-or-nothing and
-    never waits.
-
-    One client may hold at most its share: what is left after `reserve` (one image of
-    the largest size), divided among the clients holding bytes (itself included), and
-    never less than `reserve`. So a client alone cannot take the reserve, and a client
-    holding nothing always finds room for an image while the others are within their
-    shares. Over its share a client gets a 429 (its own images are in the way); over
-    the whole bound, a 503 (the server is busy). Both: retry shortly."""
-
-    def __init__(self, limit: int, reserve: int = 0) -> None:
-        self.limit = limit
-        self.reserve = min(reserve, limit)
-        self.used = 0
-        self._held: dict[str | None, int] = {}  # client -> bytes; only clients holding any
-
-    def share(self, client: str | None) -> int:
-        """The most `client` may hold now."""
-        holders = len(self._held) + (client not in self._held)
-        return max(self.reserve, (self.limit - self.reserve) // holders)
-
-    def held(self, client: str | None) -> int:
-        return self._held.get(client, 0)
-
-    def take(self, count: int, client: str | None = None) -> None:
-        held = self.held(client)
-        if held + count > self.share(client):
-            raise TooManyRequests(
-                "This client's images being fetched or decoded hold its share of the "
-                "server's image budget; retry shortly.",
-                retry_after=1,
-                code="image_share_exceeded",
-            )
-        if self.used + count > self.limit:
-            raise ServiceUnavailable(
-                "Too many image bytes are being fetched or decoded now; retry shortly.",
-                retry_after=1,
-                code="images_busy",
-            )
-        self.used += count
-        self._held[client] = held + count
-
-    def give(self, count: int, client: str | None = None) -> None:
-        self.used -= count
-        left = self.held(client) - count
-        if left > 0:
-            self._held[client] = left
-        else:
-            self._held.pop(client, None)
-
-
-class _Held:
-    """What one image holds of the budget, given back once it is decoded (or failed)."""
-
-    def __init__(self, budget: ByteBudget, client: str | None = None) -> None:
-        self.budget = budget
-        self.client = client
-        self.count = 0
-
-    def take(self, count: int) -> None:
-        self.budget.take(count, self.client)
-        self.count += count
-
-    def give_all(self) -> None:
-        self.budget.give(self.count, self.client)
-        self.count = 0
 
 
 class ImageLoader:
@@ -248,7 +178,7 @@ class ImageLoader:
     async def load_one(
         self, ref: ImageRef, source: bytes | str, client: str | None = None
     ) -> Image.Image:
-        held = _Held(self.budget, client)
+        held = Held(self.budget, client)
         try:
             if isinstance(source, bytes):
                 held.take(len(source))
@@ -263,8 +193,8 @@ class ImageLoader:
         finally:
             held.give_all()
 
-    async def fetch(self, ref: ImageRef, held: _Held | None = None) -> bytes:
-        held = held or _Held(ByteBudget(self.limits.max_bytes))
+    async def fetch(self, ref: ImageRef, held: Held | None = None) -> bytes:
+        held = held or Held(ByteBudget(self.limits.max_bytes))
         limits = self.limits
         try:
             async with (
@@ -349,7 +279,7 @@ class ImageLoader:
             extensions=extensions,
         )
 
-    async def _body(self, ref: ImageRef, response: httpx.Response, held: _Held) -> bytes:
+    async def _body(self, ref: ImageRef, response: httpx.Response, held: Held) -> bytes:
         limit = self.limits.max_bytes
         if response.status_code != 200:
             raise ImageError(

@@ -6,10 +6,11 @@ does not ask the database per request: it leases a slice of each bucket (5% of t
 limit over the live replicas, or what a waiting request needs) and admits from the
 slice in memory. A background round (every `sync_interval_s`, and at once when a
 request finds its slice short) tops the slices of busy keys up, gives back those of
-keys idle for `IDLE_S`, and renews the replica's heartbeat, which is how replicas
-count each other. A unit is taken from the shared bucket before any replica spends it,
-so the fleet together admits no more than one server would; leased units a replica
-sits on are at most 5% of the limit (the others may then admit that much less).
+keys idle for `IDLE_S` (what a round asks and applies: app.tenancy.fleet_rounds), and
+renews the replica's heartbeat, which is how replicas count each other. A unit is
+taken from the shared bucket before any replica spends it, so the fleet together
+admits no more than one server would; leased units a replica sits on are at most 5% of
+the limit (the others may then admit that much less).
 
 Concurrency slots are leased the same way but sized to what is in flight: every round
 gives back the slots a replica holds beyond its requests in flight, and a replica's
@@ -41,14 +42,16 @@ from app.tenancy.fleet_leases import (
     refill_alone,
     start_alone,
 )
+from app.tenancy.fleet_rounds import apply_round, round_asks
 from app.tenancy.keys import KeyLimits
-from app.tenancy.limit_store import WINDOW_S, Ask, Grant, LimitStore, Round, share
+from app.tenancy.limit_store import WINDOW_S, LimitStore, share
 from app.tenancy.limits import (
     Clock,
     RateLimited,
     Reservation,
     concurrency_message,
     duration,
+    give_back_slots,
     rpm_message,
     tpm_message,
 )
@@ -56,8 +59,6 @@ from app.tenancy.limits import (
 log = logging.getLogger("lilac.tenancy")
 
 SYNC_INTERVAL_S = 0.5
-LEASE_FRACTION = 0.05  # a replica's slice of a bucket: this part of the limit, over replicas
-IDLE_S = 10.0  # a key unused this long gives its slices back
 WAIT_S = 1.0  # the longest a request waits for a round to top its slice up
 
 
@@ -185,14 +186,9 @@ class FleetLimiter:
         return Reservation(key_id, tokens, slots)
 
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
-        if reservation.settled:
-            return
-        reservation.settled = True
-        state = self._keys.get(reservation.key_id)
-        if state is None:
-            return
-        state.in_flight = max(0, state.in_flight - reservation.slots)
-        if state.tokens is not None:  # unused reserved tokens stay in this replica's slice
+        state = give_back_slots(self._keys, reservation)
+        if state is not None and state.tokens is not None:
+            # unused reserved tokens stay in this replica's slice
             state.tokens.held += reservation.tokens - used_tokens
 
     def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
@@ -259,7 +255,7 @@ class FleetLimiter:
         """One round with the store; on failure the replica counts alone until one
         succeeds."""
         now = self._clock()
-        asks = self._asks(now)
+        asks = round_asks(self._keys, now, self.replicas, self.alone)
         try:
             result = await asyncio.wait_for(
                 self.store.exchange(now, self._ttl(), [ask for ask, _ in asks]),
@@ -279,7 +275,9 @@ class FleetLimiter:
         self.rounds += 1
         if self.alone:
             log.warning("fleet rate limits: the shared store answers again")
-        self._apply(result, asks, now)
+        self.replicas = result.replicas
+        recovering, self.alone = self.alone, False
+        apply_round(result, asks, now, recovering, self.sync_interval_s)
 
     def _ttl(self) -> float:
         return max(3 * self.sync_interval_s, 2.0)
@@ -287,61 +285,6 @@ class FleetLimiter:
     def _go_alone(self, now: float) -> None:
         self.alone = True
         start_alone(self._keys.values(), now)
-
-    def _asks(self, now: float) -> list[tuple[Ask, KeyLease]]:
-        asks = []
-        for key_id, state in list(self._keys.items()):
-            idle = now - state.used_at > IDLE_S and state.in_flight == 0
-            if idle and state.idle():
-                del self._keys[key_id]
-                continue
-            limits = state.limits
-            ask = Ask(key_id, limits.rpm, limits.tpm, limits.max_concurrent)
-            ask.requests = self._want(state.requests, idle)
-            ask.tokens = self._want(state.tokens, idle)
-            ask.slots_floor = state.in_flight
-            # Spare slots go back each round, but as many as were in use at once since
-            # the last one stay: a key sending one request after another keeps its slot.
-            ask.slots = max(state.in_flight, state.slots_need, min(state.slots, state.peak))
-            state.peak = state.in_flight
-            asks.append((ask, state))
-        return asks
-
-    def _want(self, lease: Lease | None, idle: bool) -> float:
-        if lease is None:
-            return 0.0
-        # Units made up while counting alone were never taken from the store.
-        held = min(lease.held, 0.0) if self.alone else lease.held
-        if idle:
-            return -held
-        target = max(math.ceil(lease.capacity * LEASE_FRACTION / self.replicas), 1, lease.need)
-        # Top up once below half the slice: a busy key rarely waits for a round.
-        return target - held if held < max(target / 2, lease.need) else 0.0
-
-    def _apply(self, result: Round, asks: list[tuple[Ask, KeyLease]], now: float) -> None:
-        self.replicas = result.replicas
-        recovering, self.alone = self.alone, False
-        for ask, state in asks:
-            grant = result.grants.get(ask.key_id, Grant())
-            for lease, got, left in (
-                (state.requests, grant.requests, grant.requests_left),
-                (state.tokens, grant.tokens, grant.tokens_left),
-            ):
-                if lease is None:
-                    continue
-                if recovering:
-                    lease.held = min(lease.held, 0.0)
-                lease.held += got
-                lease.left = left
-                if lease.need and lease.held < lease.need:
-                    rate = lease.capacity / WINDOW_S
-                    lease.dry_until = now + (lease.need - lease.held) / rate if rate else math.inf
-                lease.need = 0.0
-            # Slots admitted during the round stay held even beyond the grant.
-            state.slots = max(grant.slots, state.in_flight)
-            if state.slots_need and state.slots < state.slots_need:
-                state.slots_dry_until = now + min(1.0, self.sync_interval_s)
-            state.slots_need = 0
 
 
 def _with_retry(refusal: RateLimited) -> RateLimited:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from app.tenancy.keys import KeyLimits
 
@@ -71,6 +71,28 @@ class Reservation:
     tokens: int
     slots: int = 1  # concurrency slots: the request's prompts
     settled: bool = False
+
+
+class InFlight(Protocol):
+    """A key's count of concurrency slots in flight (this process's or its fleet slice's)."""
+
+    in_flight: int
+
+
+S = TypeVar("S", bound=InFlight)
+
+
+def give_back_slots(keys: Mapping[str, S], reservation: Reservation) -> S | None:
+    """Settle `reservation` once: its slots go back to its key. The key's state, for its
+    tokens to be settled too; None when settled already or the key is forgotten."""
+    if reservation.settled:
+        return None
+    reservation.settled = True
+    state = keys.get(reservation.key_id)
+    if state is None:
+        return None
+    state.in_flight = max(0, state.in_flight - reservation.slots)
+    return state
 
 
 class RateLimiter(Protocol):
@@ -170,14 +192,8 @@ class Limiter:
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """The request ended: give back the concurrency slot and the reserved tokens it
         did not use (or take the ones it used beyond the reservation)."""
-        if reservation.settled:
-            return
-        reservation.settled = True
-        state = self._keys.get(reservation.key_id)
-        if state is None:
-            return
-        state.in_flight = max(0, state.in_flight - reservation.slots)
-        if state.tokens is not None:
+        state = give_back_slots(self._keys, reservation)
+        if state is not None and state.tokens is not None:
             bucket = state.tokens
             bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
 

@@ -513,20 +513,3 @@ async def test_one_clients_images_cannot_exhaust_the_byte_budget_for_another() -
     loader.budget.give(100_000, "key:b")
     loader.budget.give(600_000, "key:a")
     assert loader.budget.used == 0 and loader.budget.held("key:a") == 0
-
-
-def test_the_byte_budget_keeps_a_clients_images_within_its_share_and_the_bound() -> None:
-    from app.errors import ServiceUnavailable, TooManyRequests
-    from app.services.images import ByteBudget
-
-    budget = ByteBudget(1000, reserve=250)
-    budget.take(750, "a")  # alone: all but the reserve
-    with pytest.raises(TooManyRequests):
-        budget.take(1, "a")
-    budget.take(250, "b")  # the reserve, for a client that held nothing
-    with pytest.raises(ServiceUnavailable) as caught:
-        budget.take(1, "c")  # the bound itself: a 503, the server is busy
-    assert caught.value.code == "images_busy"
-    budget.give(750, "a")
-    budget.give(250, "b")
-    assert budget.used == 0 and budget.share("a") == 750
