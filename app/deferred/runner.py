@@ -20,8 +20,12 @@ run for `resume_after_s` (so a steady load with short gaps between its requests 
 let lines in and out). Lines enter the engine a few at a time: at most `prefill_lines`
 wait for their first token at once, the next starting as those are prefilled, so a
 batch starting (or resuming) never puts one long prefill step of many lines in the
-way of an interactive request. A cut line is pending again, runs later, and is billed
-only when answered."""
+way of an interactive request.
+Each model has its own engine and admission, so the cuts are per
+model: an interactive request for one model cuts only the lines on that model (a line
+on another frees nothing that request waits for), and a line whose model is not known
+counts as on every model. A cut line is pending again, runs later, and is billed only
+when answered."""
 
 from __future__ import annotations
 
@@ -67,6 +71,9 @@ class Handler(Protocol):
     async def tend(self, job: Job, counts: LineCounts) -> None:
         """Expire, cancel or finalize the job as its state and lines say."""
 
+    # Optional: `line_model(job, line) -> str | None`, the model a line names (None:
+    # not known), so that only interactive requests for that model cut it.
+
 
 class Capacity(Protocol):
     def admitting(self) -> bool: ...
@@ -77,9 +84,9 @@ class Capacity(Protocol):
 
     def deferred_prefilling(self) -> int: ...
 
-    def interactive_running(self) -> int: ...
+    def interactive_running(self, model: str | None = None) -> int: ...
 
-    def interactive_waiting(self) -> bool: ...
+    def interactive_waiting(self, model: str | None = None) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -88,6 +95,11 @@ class Running:
     line: Line
     task: asyncio.Task[None]
     started: float
+    model: str | None = None  # the model the line names, as admission knows it (None: any)
+
+    def on(self, model: str | None) -> bool:
+        """Whether the line runs on `model` (None: any model), as far as is known."""
+        return model is None or self.model is None or self.model == model
 
 
 @dataclass(slots=True)
@@ -118,6 +130,7 @@ class DeferredRunner:
         idle_jobs_every_s: float = IDLE_JOBS_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
         should_poll: Callable[[], bool] = lambda: True,
+        model_name: Callable[[str], str | None] = lambda name: name,
     ) -> None:
         self.store = store
         self.capacity = capacity
@@ -133,6 +146,7 @@ class DeferredRunner:
         self.idle_jobs_every_s = idle_jobs_every_s
         self._clock = clock
         self._should_poll = should_poll
+        self._model_name = model_name  # a name a line gives -> the model admission knows
         self.running: dict[tuple[str, int], Running] = {}
         self.stats = RunnerStats()
         self._jobs: list[Job] = []
@@ -218,30 +232,34 @@ class DeferredRunner:
         await self._fill()
 
     def _preempt(self) -> None:
-        waiting = self.capacity.interactive_waiting()
-        active = waiting or self.capacity.interactive_running() > 0
-        if active:
+        capacity = self.capacity
+        if capacity.interactive_waiting() or capacity.interactive_running() > 0:
             self._interactive_at = self._clock()
         if not self.running:
             return
-        if not self.capacity.admitting():
+        if not capacity.admitting():
             for running in list(self.running.values()):
                 running.task.cancel()
             return
-        if waiting:
-            self.make_room()
-        if active:
-            self._cut_over(self.beside_interactive)
+        for model in {running.model for running in self.running.values()}:
+            # A line of unknown model (None) steps aside for a request on any model.
+            waiting = capacity.interactive_waiting(model)
+            if waiting:
+                self.make_room(model)
+            if waiting or capacity.interactive_running(model) > 0:
+                self._cut_over(self.beside_interactive, model)
 
-    def interactive_arrived(self) -> None:
-        """An interactive request is being admitted: cut the lines over what may run
-        beside it now, before it reaches the engine (admission calls this)."""
+    def interactive_arrived(self, model: str | None = None) -> None:
+        """An interactive request for `model` (None: any) is being admitted: cut the
+        lines on that model over what may run beside it now, before it reaches the
+        engine (admission calls this)."""
         self._interactive_at = self._clock()
-        self._cut_over(self.beside_interactive)
+        self._cut_over(self.beside_interactive, model)
 
-    def _cut_over(self, limit: int) -> None:
-        """Cut the newest running lines over `limit` (those not already being cut)."""
-        live = [r for r in self.running.values() if not r.task.cancelling()]
+    def _cut_over(self, limit: int, model: str | None = None) -> None:
+        """Cut the newest running lines on `model` over `limit` (those not already
+        being cut)."""
+        live = [r for r in self.running.values() if not r.task.cancelling() and r.on(model)]
         live.sort(key=lambda r: r.started)
         for running in live[max(0, limit) :]:
             running.task.cancel()
@@ -250,10 +268,11 @@ class DeferredRunner:
         """Whether an interactive request ran within the last `resume_after_s`."""
         return self._clock() - self._interactive_at < self.resume_after_s
 
-    def make_room(self) -> None:
-        """An interactive request waits: cut the newest line of the lowest kind not
-        already being cut (its slot is free as soon as the engine drops it)."""
-        live = [r for r in self.running.values() if not r.task.cancelling()]
+    def make_room(self, model: str | None = None) -> None:
+        """An interactive request waits for `model` (None: any): cut the newest line on
+        it of the lowest kind not already being cut (its slot is free as soon as the
+        engine drops it)."""
+        live = [r for r in self.running.values() if not r.task.cancelling() and r.on(model)]
         if live:
             max(live, key=lambda r: (-self.precedence(r.job), r.started)).task.cancel()
 
@@ -340,7 +359,8 @@ class DeferredRunner:
 
     def _start(self, job: Job, line: Line) -> None:
         task = asyncio.get_running_loop().create_task(self._line(job, line))
-        self.running[(job.id, line.seq)] = Running(job, line, task, self._clock())
+        model = self._line_model(job, line)
+        self.running[(job.id, line.seq)] = Running(job, line, task, self._clock(), model)
         task.add_done_callback(lambda _: self._never_ran(job, line))
 
     def _never_ran(self, job: Job, line: Line) -> None:
@@ -369,6 +389,12 @@ class DeferredRunner:
         except Exception:
             # The database failed: the lines stay claimed and run again after their lease.
             log.exception("deferred work: %d cut lines could not be released", len(held))
+
+    def _line_model(self, job: Job, line: Line) -> str | None:
+        """The model a line runs on, as admission names it (None: not known)."""
+        named = getattr(self.handlers[job.kind], "line_model", None)
+        name = named(job, line) if named is not None else None
+        return self._model_name(name) if name is not None else None
 
     async def _line(self, job: Job, line: Line) -> None:
         handler = self.handlers[job.kind]

@@ -93,6 +93,10 @@ class BackgroundResponses:
 
     # ------------------------------------------------------------ the runner's calls
 
+    def line_model(self, job: Job, line: Line) -> str | None:
+        model = job.payload.get("model")
+        return model if isinstance(model, str) else None
+
     async def run(self, job: Job, line: Line) -> Answer:
         current = await self.store.get(job.id)
         if current is None or current.state not in RUNNABLE:  # cancelled before it ran

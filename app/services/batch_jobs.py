@@ -24,7 +24,7 @@ from app.deferred.store import (
     LineCounts,
 )
 from app.errors import FileNotFound
-from app.services.batch_lines import LineRunner, closed_line
+from app.services.batch_lines import LineRunner, closed_line, line_model
 from app.services.batch_validation import VALIDATE_LEASE_S, validate
 from app.tenancy.keys import KeyRecord, KeyStore
 
@@ -84,6 +84,10 @@ class BatchJobs:
 
     async def run(self, job: Job, line: Line) -> Answer:
         return await self.lines.run(job, line, await self._key(job))
+
+    def line_model(self, job: Job, line: Line) -> str | None:
+        """The model the line's body names (checked when the batch was made)."""
+        return line_model(line.body)
 
     async def _key(self, job: Job) -> KeyRecord | None:
         """The batch's key as the database has it now (its models, priority, group)."""

@@ -29,6 +29,7 @@ from app.schemas.batches import (
     LineResponse,
     OutputLine,
     input_line_decoder,
+    line_model_decoder,
 )
 from app.schemas.chat import chat_request_decoder
 from app.schemas.completions import completion_request_decoder
@@ -66,6 +67,15 @@ def responses_line(body: bytes, owner: str, seal: ReasoningSeal | None) -> Respo
     chat = chat_request(request, owner, lambda blob, param: seal.open(owner, blob, param), [])
     chat.response_store = None
     return chat
+
+
+def line_model(body: str) -> str | None:
+    """The model a batch line's body names (None: none, or a line that does not parse)."""
+    try:
+        model = line_model_decoder.decode(input_line_decoder.decode(body).body).model
+    except msgspec.DecodeError:
+        return None
+    return model if isinstance(model, str) else None
 
 
 def line_id(job_id: str, seq: int) -> str:

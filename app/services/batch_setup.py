@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from app.deferred.runner import DeferredRunner
@@ -20,6 +21,7 @@ from app.storage.files import FileStore
 from app.tenancy.db import sqlite_path
 from app.tenancy.keys import KeyStore
 from engine.admission.runtime import AdmissionController
+from engine.warm.pool import ModelPool
 
 
 def replica_name(settings: Settings) -> str:
@@ -33,6 +35,17 @@ def has_database(database: TenantDatabase) -> bool:
         return True
     path = sqlite_path(database.url)
     return path is None or path.expanduser().exists()
+
+
+def admitted_model_names(models: ModelPool | None) -> Callable[[str], str | None]:
+    """A line's model name -> the model admission knows it as (its first name); None
+    for a name not served, whose line fails at once without reaching admission."""
+
+    def name(named: str) -> str | None:
+        model = models.get(named) if models is not None else None
+        return model.model.name if model is not None else None
+
+    return name
 
 
 def build_batches(
@@ -61,6 +74,7 @@ def build_batches(
         prefill_lines=settings.batch_prefill_lines,
         lease_s=settings.batch_lease_s,
         should_poll=lambda: has_database(database),
+        model_name=admitted_model_names(services.get("models")),
     )
     admission.interactive_queued.append(runner.make_room)
     admission.interactive_arrived.append(runner.interactive_arrived)

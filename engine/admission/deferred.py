@@ -29,8 +29,12 @@ def interactive_waiting(queue: AdmissionQueue, model: str | None = None) -> bool
     )
 
 
-def interactive_running(queue: AdmissionQueue) -> int:
-    return sum(not is_deferred(t.client) for t in queue.running.values())
+def interactive_running(queue: AdmissionQueue, model: str | None = None) -> int:
+    """Interactive requests running (on `model`, or any)."""
+    return sum(
+        not is_deferred(t.client) and (model is None or t.model == model)
+        for t in queue.running.values()
+    )
 
 
 def deferred_running(queue: AdmissionQueue) -> int:

@@ -89,10 +89,12 @@ class AdmissionController:
         # "return" (admitting again -> engine resumed) and "queue_wait" (per admitted
         # request, in its own task); metrics and the access log listen.
         self.observers: list[Callable[[str, float], None]] = []
-        # Called when an interactive request has to queue: deferred work makes room.
-        self.interactive_queued: list[Callable[[], None]] = []
-        # Called as each interactive request is offered: deferred work steps aside.
-        self.interactive_arrived: list[Callable[[], None]] = []
+        # Called with its model when an interactive request has to queue: deferred work
+        # on that model makes room.
+        self.interactive_queued: list[Callable[[str], None]] = []
+        # Called with its model as each interactive request is offered: deferred work on
+        # that model steps aside.
+        self.interactive_arrived: list[Callable[[str], None]] = []
         # Called when a deferred generation's first output comes (its prompt is
         # prefilled): deferred work may start the next lines.
         self.deferred_prefilled: list[Callable[[], None]] = []
@@ -115,8 +117,8 @@ class AdmissionController:
         """Whether an interactive request waits in the queue (deferred work never does)."""
         return deferred.interactive_waiting(self.queue, model)
 
-    def interactive_running(self) -> int:
-        return deferred.interactive_running(self.queue)
+    def interactive_running(self, model: str | None = None) -> int:
+        return deferred.interactive_running(self.queue, model)
 
     def deferred_running(self) -> int:
         return deferred.deferred_running(self.queue)
@@ -312,7 +314,7 @@ class AdmissionController:
             raise self._not_admitting(now)
         if not deferred.is_deferred(ticket.client):
             for listener in self.interactive_arrived:
-                listener()
+                listener(ticket.model)
         ticket.arrived, ticket.deadline = now, now + self.policy.queue_timeout_s
         try:
             started = self.queue.offer(ticket, self._cap(), self._total_cap())
@@ -325,7 +327,7 @@ class AdmissionController:
             raise refusals.no_room_for_deferred()
         if not started:
             for listener in self.interactive_queued:
-                listener()
+                listener(ticket.model)
             await self._wait(ticket)
         lease = Lease(ticket, request_id, self._drained_error, self._prefilled)
         self._leases[ticket.id] = lease

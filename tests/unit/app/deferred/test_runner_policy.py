@@ -18,13 +18,15 @@ from tests.unit.app.deferred.test_store import Clock, job, record, store_of, usa
 
 @dataclass
 class ScriptedCapacity:
-    """Admission as the runner sees it, set by the test."""
+    """Admission as the runner sees it, set by the test: `interactive` and `waiting`
+    are on `on_model` (None: every model)."""
 
     interactive: int = 0
     waiting: bool = False
     open: bool = True
     room: int = 100
     prefilling: int = 0
+    on_model: str | None = None
 
     def admitting(self) -> bool:
         return self.open
@@ -38,11 +40,14 @@ class ScriptedCapacity:
     def deferred_prefilling(self) -> int:
         return self.prefilling
 
-    def interactive_running(self) -> int:
-        return self.interactive
+    def _on(self, model: str | None) -> bool:
+        return model is None or self.on_model is None or model == self.on_model
 
-    def interactive_waiting(self) -> bool:
-        return self.waiting
+    def interactive_running(self, model: str | None = None) -> int:
+        return self.interactive if self._on(model) else 0
+
+    def interactive_waiting(self, model: str | None = None) -> bool:
+        return self.waiting and self._on(model)
 
 
 class HeldLines:
@@ -65,14 +70,21 @@ class HeldLines:
         return None
 
 
+class TwoModelLines(HeldLines):
+    """Held lines on two models: even lines name `alpha`, odd ones `beta`."""
+
+    def line_model(self, job: Job, line: Line) -> str | None:
+        return "alpha" if line.seq % 2 == 0 else "beta"
+
+
 async def _setup(
-    database: AsyncEngine, lines: int = 6
+    database: AsyncEngine, lines: int = 6, handler: HeldLines | None = None
 ) -> tuple[DeferredRunner, ScriptedCapacity, HeldLines, Clock]:
     clock = Clock()
     store = store_of(database, clock)
     await store.create(job(), [f'{{"n": {i}}}' for i in range(lines)])
     capacity = ScriptedCapacity()
-    handler = HeldLines()
+    handler = handler or HeldLines()
     runner = DeferredRunner(
         store,
         capacity,
@@ -354,3 +366,67 @@ async def test_lines_cut_together_are_released_in_one_transaction(
     counts = (await store.counts(["batch_a"]))["batch_a"]
     assert counts.by_state == {PENDING: 6}
     assert runner.stats.cut == 4 and not runner.running
+
+
+def _models_running(runner: DeferredRunner) -> list[str | None]:
+    return sorted((r.model or "") for r in runner.running.values())
+
+
+async def test_a_request_for_one_model_cuts_only_that_models_lines(
+    database: AsyncEngine,
+) -> None:
+    """Each model has its own engine and admission: a request for `alpha` cuts the
+    `alpha` lines over what may run beside it, and leaves the `beta` lines running."""
+    runner, capacity, handler, _clock = await _setup(database, handler=TwoModelLines())
+    await runner.step()
+    await asyncio.sleep(0)
+    assert _models_running(runner) == ["alpha", "alpha", "beta", "beta"]
+    oldest_alpha = min(
+        (r for r in runner.running.values() if r.model == "alpha"), key=lambda r: r.started
+    )
+    runner.interactive_arrived("alpha")  # admission passes the ticket's model
+    await _settle(runner)
+    assert _models_running(runner) == ["alpha", "beta", "beta"]
+    assert oldest_alpha.line.seq in {r.line.seq for r in runner.running.values()}
+    assert runner.stats.cut == 1
+
+    # The tick sees alpha's request running: beta's lines still run beside it.
+    capacity.interactive, capacity.on_model = 1, "alpha"
+    await runner.step()
+    await _settle(runner)
+    assert _models_running(runner) == ["alpha", "beta", "beta"]
+
+    # A request waiting for beta makes room on beta, not on alpha.
+    capacity.interactive, capacity.waiting, capacity.on_model = 0, True, "beta"
+    runner.make_room("beta")
+    await _settle(runner)
+    assert _models_running(runner) == ["alpha", "beta"]
+    runner.make_room("alpha")
+    await _settle(runner)
+    assert _models_running(runner) == ["beta"]
+    handler.go.set()
+    await runner.drain_lines()
+
+
+async def test_a_request_of_no_model_cuts_every_models_lines(database: AsyncEngine) -> None:
+    """Without a model (a caller that names none), every line counts."""
+    runner, _capacity, handler, _clock = await _setup(database, handler=TwoModelLines())
+    await runner.step()
+    await asyncio.sleep(0)
+    runner.interactive_arrived()
+    await _settle(runner)
+    assert len(runner.running) == 1  # beside_interactive, over both models
+    handler.go.set()
+    await runner.drain_lines()
+
+
+async def test_a_line_of_unknown_model_steps_aside_for_any_model(database: AsyncEngine) -> None:
+    runner, _capacity, handler, _clock = await _setup(database, handler=HeldLines())
+    await runner.step()
+    await asyncio.sleep(0)
+    assert len(runner.running) == 4 and {r.model for r in runner.running.values()} == {None}
+    runner.interactive_arrived("beta")
+    await _settle(runner)
+    assert len(runner.running) == 1
+    handler.go.set()
+    await runner.drain_lines()

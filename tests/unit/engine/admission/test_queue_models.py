@@ -137,3 +137,5 @@ def test_deferred_room_is_each_models_own() -> None:
     assert deferred.deferred_room(q, 8, 0, None) == 7  # the most any model has
     assert deferred.interactive_waiting(q, "A") and not deferred.interactive_waiting(q, "B")
     assert deferred.interactive_waiting(q)
+    assert deferred.interactive_running(q, "A") == 8 and deferred.interactive_running(q) == 8
+    assert deferred.interactive_running(q, "B") == 0

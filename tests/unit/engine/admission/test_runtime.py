@@ -381,3 +381,20 @@ async def test_a_failed_resume_is_retried_at_the_next_sample() -> None:
     await controller.observe(IDLE)
     assert not controller.engine_paused and len(calls) == 2
     assert await collect(generate, request("after")) == 4
+
+
+async def test_deferred_work_hears_the_model_of_each_arriving_and_queued_request() -> None:
+    """The deferred runner cuts only lines on the model an interactive request uses:
+    admission tells it the model as the request is offered, and again if it queues."""
+    generate, controller, engine, _ = make(max_concurrent=1)
+    arrived: list[str] = []
+    queued: list[str] = []
+    controller.interactive_arrived.append(arrived.append)
+    controller.interactive_queued.append(queued.append)
+    first = asyncio.create_task(collect(generate, request("r1", tokens=20)))
+    while not controller.queue.running:
+        await asyncio.sleep(0.005)
+    second = asyncio.create_task(collect(generate, request("r2", client="other")))
+    await asyncio.gather(first, second)
+    name = engine.model.name
+    assert arrived == [name, name] and queued == [name]
