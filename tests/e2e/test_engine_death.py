@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import httpx
 import psutil
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from perf.harness.servers import Server, start_lilac
+from perf.harness.servers import Server
 
 EXIT_WITHIN_S = 10.0
 BODY = {
@@ -50,8 +49,8 @@ async def kill_under_load(server: Server) -> tuple[list[tuple[int, str]], httpx.
     return endings, health
 
 
-def test_killed_engine_core_ends_requests_reports_and_exits(tmp_path: Path) -> None:
-    server = start_lilac(tmp_path)
+def test_killed_engine_core_ends_requests_reports_and_exits(dying_server: Server) -> None:
+    server = dying_server
     try:
         endings, health = asyncio.run(kill_under_load(server))
         killed_at = time.monotonic()
