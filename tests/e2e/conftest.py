@@ -1,8 +1,8 @@
 """Real servers, started the way `make serve` starts them, on free local ports, each one
-for the whole session (see perf/harness/servers.py): `server` (`--auth none`) and
+for the whole e2e folder (see perf/harness/servers.py): `server` (`--auth none`) and
 `keys_server` (`--auth keys` over a keys database of its own), and `dying_server`, one
 for a test to kill. A real engine takes a minute or more to start here: a module shares
-these rather than starting its own. Those the selected tests need are launched together
+these rather than starting its own. Those the selected tests use are launched together
 the first time one is needed (`launched`): a start keeps about one core busy, and the
 machine has two."""
 
