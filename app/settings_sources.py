@@ -17,7 +17,8 @@ from typing import Any
 
 import msgspec
 
-from app.settings import ENV_PREFIX, SECTIONS, Flag, Settings, _bool
+from app.settings import ENV_PREFIX, SECTIONS, Settings
+from app.settings_flag import Flag, _bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,15 +179,7 @@ class BackgroundResponses:
         response = _response.decode(final)
         await self._finish(job, response)
         outcome = "completed" if response.status in ("completed", "incomplete") else "error"
-        record = usage_record(
-            meter,
-            key_id=job.key_id,
-            request_id=job.id,
-            model=model,
-            endpoint=ENDPOINT,
-            outcome=outcome,
-        )
-        return Answer(_status(response), outcome == "completed", record)
+        return _answer(job, meter, model, response, outcome)
 
     def _failure(self, exc: BaseException, line: Line) -> APIError:
         """The error a run ended in; raises `Cut` for what is no fault of the request
@@ -216,15 +208,7 @@ class BackgroundResponses:
             recorder.add_final(event_frame(ResponseFailed(response, seq + 1)))
             await recorder.flush()
         await self._finish(job, response)
-        record = usage_record(
-            meter,
-            key_id=job.key_id,
-            request_id=job.id,
-            model=model,
-            endpoint=ENDPOINT,
-            outcome="error",
-        )
-        return Answer(_status(response), False, record)
+        return _answer(job, meter, model, response, "error")
 
     async def _cancelled(
         self, job: Job, recorder: EventRecorder, meter: LineMeter, model: str
@@ -237,15 +221,7 @@ class BackgroundResponses:
         response.completed_at = None
         response.incomplete_details = None
         await self._finish(job, response)
-        record = usage_record(
-            meter,
-            key_id=job.key_id,
-            request_id=job.id,
-            model=model,
-            endpoint=ENDPOINT,
-            outcome="cancelled",
-        )
-        return Answer(_status(response), False, record)
+        return _answer(job, meter, model, response, "cancelled")
 
     async def _finish(self, job: Job, response: Response) -> None:
         """Store the final response (one too large to store is stored failed)."""
@@ -317,3 +293,16 @@ class BackgroundResponses:
 
 def _status(response: Response) -> str:
     return _encoder.encode({"status": response.status}).decode()
+
+
+def _answer(job: Job, meter: LineMeter, model: str, response: Response, outcome: str) -> Answer:
+    """The line's answer: the response's status, and its usage row with `outcome`."""
+    record = usage_record(
+        meter,
+        key_id=job.key_id,
+        request_id=job.id,
+        model=model,
+        endpoint=ENDPOINT,
+        outcome=outcome,
+    )
+    return Answer(_status(response), outcome == "completed", record)

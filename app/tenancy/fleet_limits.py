@@ -100,6 +100,15 @@ class FleetLimiter:
             self._keys[key_id] = state = fresh
         return state
 
+    def _touch(self, key_id: str, limits: KeyLimits) -> tuple[KeyLease, float]:
+        """The key's slices as of now, marked used (and refilled while counting alone)."""
+        now = self._clock()
+        state = self._state(key_id, limits, now)
+        state.used_at = now
+        if self.alone:
+            refill_alone(state, self.replicas, now)
+        return state, now
+
     async def acquire(
         self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
     ) -> Reservation:
@@ -107,11 +116,7 @@ class FleetLimiter:
         if limits.rpm is None and limits.tpm is None and limits.max_concurrent is None:
             return Reservation(key_id, tokens, slots)  # nothing to count, nothing to share
         for attempt in range(2):
-            now = self._clock()
-            state = self._state(key_id, limits, now)
-            state.used_at = now
-            if self.alone:
-                refill_alone(state, self.replicas, now)
+            state, now = self._touch(key_id, limits)
             refusal = self._shortfall(state, tokens, slots, now)
             if refusal is None:
                 return self._take(state, key_id, tokens, slots)
@@ -126,11 +131,7 @@ class FleetLimiter:
         if limits.rpm is None:
             return
         for attempt in range(2):
-            now = self._clock()
-            state = self._state(key_id, limits, now)
-            state.used_at = now
-            if self.alone:
-                refill_alone(state, self.replicas, now)
+            state, now = self._touch(key_id, limits)
             lease = state.requests
             assert lease is not None
             if not lease.short(1):

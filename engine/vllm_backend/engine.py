@@ -6,7 +6,8 @@ submits requests to the AsyncLLM (greedy `n > 1` as `n` requests, which vLLM ref
 one) and turns vLLM's outputs into engine deltas, with reasoning and tool calls split
 off; it also pauses, resumes and sleeps the AsyncLLM for the admission controller. The
 decisions every engine shares (readiness, image input, context budget) come from
-`engine.checks`.
+`engine.checks`; rendering prompts is `engine.vllm_backend.prompts`, running one
+engine-core request and reading its outputs `engine.vllm_backend.request_stream`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from engine.checks import (
@@ -35,26 +36,25 @@ from engine.protocol import (
     ImageInput,
     ModelInfo,
     SamplingOptions,
-    Tally,
-    scheduling_priority,
 )
 from engine.streams import merge
-from engine.templates import load_template_file, render_chat
+from engine.templates import load_template_file
 from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
-from engine.vllm_backend.encoding import Encode, encoder
+from engine.vllm_backend.encoding import encoder
 from engine.vllm_backend.grammar_gate import GrammarGate, constraint_param
 from engine.vllm_backend.grammar_warmup import warm_grammars
-from engine.vllm_backend.logprobs import convert_prompt_logprobs, prompt_token_texts
 from engine.vllm_backend.outputs import (
     OutputConversion,
     check_token_ids,
     kv_cache_tokens,
     takes_images,
 )
+from engine.vllm_backend.prompts import Prompts
 from engine.vllm_backend.reasoning import OutputParsing, RequestParsing
+from engine.vllm_backend.request_stream import Plan, stream_request
 from engine.vllm_backend.structured import constraint_for
-from engine.vllm_backend.tally import OnePrompt, token_count, unread_tokens
+from engine.vllm_backend.tally import OnePrompt
 from engine.vllm_backend.tool_calls import ToolRequest
 
 log = logging.getLogger("lilac.engine")
@@ -65,8 +65,6 @@ class VLLMEngine:
         self._config = config
         self._llm: Any = None
         self._tokenizer: Any = None
-        self._template: str | None = None
-        self._special_tokens: dict[str, str] = {}
         self._model: ModelInfo | None = None
         self._build: asyncio.Future[Any] | None = None
         self._parsing = OutputParsing(None, None)
@@ -74,7 +72,7 @@ class VLLMEngine:
         self._turn_end_texts: tuple[str, ...] = ()
         self._tool_parser = "hermes"
         self._grammar_gate: GrammarGate | None = None
-        self._encode: Encode = encoder(None)
+        self._prompts = Prompts("", {}, encoder(None))
 
     @property
     def model(self) -> ModelInfo:
@@ -89,11 +87,6 @@ class VLLMEngine:
         self._build = asyncio.ensure_future(asyncio.to_thread(build_async_llm, self._config))
         llm = await asyncio.shield(self._build)
         self._tokenizer = llm.get_tokenizer()
-        self._encode = encoder(self._tokenizer)
-        self._special_tokens = {
-            "bos_token": self._tokenizer.bos_token or "",
-            "eos_token": self._tokenizer.eos_token or "",
-        }
         model_config = llm.model_config
         self._model = ModelInfo(
             served_names=self._config.served_names,
@@ -129,7 +122,7 @@ class VLLMEngine:
         template = template or self._tokenizer.chat_template
         if not template:
             raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
-        self._template = template
+        self._prompts = Prompts.of(self._tokenizer, template, family)
         self._parsing = OutputParsing(family, self._tokenizer)
         vocab = self._tokenizer.get_vocab()
         turn_ends = family.turn_ends if family else ()
@@ -206,27 +199,7 @@ class VLLMEngine:
         if request.prompt_token_ids is not None:
             check_token_ids(request.prompt_token_ids, self.model.vocab_size, "prompt")
             return list(request.prompt_token_ids)
-        if request.messages is not None:
-            kwargs = dict(request.template_kwargs)
-            if calls_tools(request.tools, request.tool_choice):
-                kwargs["tools"] = request.tools
-                family = self._parsing.family
-                if family is not None and family.template_context is not None:
-                    kwargs.update(family.template_context(request.tools))
-            if request.documents is not None:
-                kwargs["documents"] = request.documents
-            text = render_chat(
-                self._template or "",
-                request.messages,
-                add_generation_prompt=request.add_generation_prompt,
-                continue_final_message=request.continue_final_message,
-                special_tokens=self._special_tokens,
-                template_kwargs=kwargs,
-            )
-            # The template already wrote the special tokens (unless asked for them too).
-            return self._encode(text, bool(request.add_special_tokens))
-        add_special = request.add_special_tokens is not False
-        return self._encode(request.prompt or "", add_special)
+        return self._prompts.token_ids(request)
 
     def tokenize(
         self,
@@ -237,15 +210,12 @@ class VLLMEngine:
         add_generation_prompt: bool = True,
     ) -> list[int]:
         require_ready(self)
-        if messages is not None:
-            text = render_chat(
-                self._template or "",
-                messages,
-                add_generation_prompt=add_generation_prompt,
-                special_tokens=self._special_tokens,
-            )
-            return self._encode(text, False)
-        return self._encode(prompt or "", add_special_tokens)
+        return self._prompts.tokenize(
+            prompt=prompt,
+            messages=messages,
+            add_special_tokens=add_special_tokens,
+            add_generation_prompt=add_generation_prompt,
+        )
 
     def detokenize(self, token_ids: list[int]) -> str:
         require_ready(self)
@@ -298,7 +268,7 @@ class VLLMEngine:
                     request,
                     dict(prompt),
                     prompt_ids,
-                    _Plan(single, max_tokens, f"{request.request_id}-{i}", constraint, one_prompt),
+                    Plan(single, max_tokens, f"{request.request_id}-{i}", constraint, one_prompt),
                     # each stream's choice 0 is its own: its own reasoning splitter
                     RequestParsing(parsing.parsing, parsing.settings, parsing.prompt_token_ids),
                 )
@@ -311,7 +281,7 @@ class VLLMEngine:
                     yield output
             return
         # aclosing: closing this generator must close (and so abort) the inner one at once.
-        plan = _Plan(sampling, max_tokens, request.request_id, constraint, request.tally)
+        plan = Plan(sampling, max_tokens, request.request_id, constraint, request.tally)
         stream = self._stream(request, prompt, prompt_ids, plan, parsing)
         async with aclosing(stream) as outputs:
             async for output in outputs:
@@ -348,14 +318,16 @@ class VLLMEngine:
         except ValueError as exc:  # vLLM's own parameter checks
             raise EngineRequestError(str(exc)) from exc
 
-    async def _stream(
+    def _stream(
         self,
         request: GenerateRequest,
         prompt: dict[str, Any],
         prompt_ids: list[int],
-        plan: _Plan,
+        plan: Plan,
         parsing: RequestParsing,
     ) -> AsyncGenerator[GenerateOutput, None]:
+        """The request's stream: its parameters and output conversion built now, its
+        submission at the first read (engine.vllm_backend.request_stream)."""
         sampling = plan.sampling
         params = self._sampling_params(sampling, plan.max_tokens)
         params.structured_outputs = plan.constraint
@@ -363,76 +335,14 @@ class VLLMEngine:
         conversion = OutputConversion(
             parsing, top_k, self._tool_request(request), self._tool_parser, self._tokenizer
         )
-        prompt_tokens = len(prompt_ids)
-        tally = plan.tally
-        first = True
-        finished = False
-        queue: Any = None
-        try:
-            # AsyncLLM.generate's loop, written out: the output collector stays at hand, so
-            # an output the engine counted but nobody read is counted here too.
-            queue = await self._llm.add_request(
-                plan.request_id,
-                prompt,
-                params,
-                priority=scheduling_priority(request),
-                **parsing.engine_kwargs,
-            )
-            if tally is not None:
-                tally.accepted(prompt_tokens)
-            while not finished:
-                output = queue.get_nowait() or await queue.get()
-                finished = output.finished
-                if tally is not None:
-                    tally.generated(token_count(output))
-                prompt_logprobs = prompt_texts = None
-                if first and sampling.prompt_logprobs is not None:
-                    prompt_logprobs = convert_prompt_logprobs(
-                        prompt_ids, output.prompt_logprobs, sampling.prompt_logprobs
-                    )
-                    prompt_texts = prompt_token_texts(prompt_ids, prompt_logprobs, self._tokenizer)
-                first = False
-                choices = conversion.choices(output)
-                yield GenerateOutput(
-                    prompt_tokens=prompt_tokens,
-                    choices=choices,
-                    prompt_logprobs=prompt_logprobs,
-                    cached_tokens=output.num_cached_tokens or 0,
-                    prompt_token_texts=prompt_texts,
-                )
-            finished = True
-        except ValueError as exc:  # vLLM's input validation (a grammar xgrammar refuses...)
-            constraint = request.response_format
-            param = constraint.param if constraint is not None and plan.constraint else None
-            raise EngineRequestError(str(exc), param=param) from exc
-        except Exception as exc:
-            raise EngineFailure(repr(exc)) from exc
-        finally:
-            if not finished:
-                await self._end_early(queue, plan.request_id, tally)
-
-    async def _end_early(self, queue: Any, request_id: str, tally: Tally | None) -> None:
-        """Closed before the end (client gone, an error, a drain): count what the engine
-        already counted but nobody read, then abort. The count comes before any await:
-        the output handler runs on this loop and cannot add to the collector meanwhile,
-        and the abort removes the request from vLLM's output processor (which counts
-        nothing for a request it no longer holds)."""
-        if queue is not None and tally is not None:
-            tally.generated(unread_tokens(queue))
-        if self._llm is None or self._llm.errored:
-            return  # a dead engine holds nothing to abort
-        if queue is not None:
-            await self._llm.abort(queue.request_id, internal=True)
-        else:  # cancelled while vLLM was adding it: it may hold it under our id already
-            await self._llm.abort(request_id)
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """What one engine-core request runs with."""
-
-    sampling: SamplingOptions
-    max_tokens: int
-    request_id: str
-    constraint: Any  # vLLM StructuredOutputsParams, or None
-    tally: Tally | None = None
+        return stream_request(
+            lambda: self._llm,
+            request,
+            prompt,
+            prompt_ids,
+            plan,
+            params,
+            conversion,
+            parsing,
+            self._tokenizer,
+        )

@@ -7,12 +7,25 @@ import dataclasses
 
 from app.services.admission import policy_from
 from app.settings import Settings
+from app.settings_admission import AdmissionFlags
+from app.settings_server import ServerFlags
 from app.settings_sources import OPTIONS, build_parser, settings_from
+from app.settings_tenants import TenantFlags
 from engine.admission.policy import Policy
 
 
 def test_every_settings_field_is_a_flag() -> None:
     assert [option.field for option in OPTIONS] == list(Settings.__struct_fields__)
+
+
+def test_each_flag_is_declared_in_the_module_of_its_section() -> None:
+    """A group module holds exactly its documentation table's flags (`config`, which
+    names the file the others may come from, stays with `Settings`)."""
+    groups = {ServerFlags: "server", AdmissionFlags: "admission", TenantFlags: "tenants"}
+    for option in OPTIONS:
+        owner = next(c for c in Settings.__mro__ if option.field in c.__annotations__)
+        assert groups.get(owner, "admission") == option.section, option.field
+    assert [o.field for o in OPTIONS if o.field not in TenantFlags.__struct_fields__] == ["config"]
 
 
 def test_names_are_derived_from_the_field() -> None:

@@ -1,0 +1,147 @@
+"""The tenants' flags (the documentation's "tenants" table): API keys, limits and usage
+(app.tenancy), stored responses and batches.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from app.settings_admission import AdmissionFlags
+from app.settings_flag import Flag, _names
+
+
+class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
+    auth: Annotated[
+        str | None,
+        Flag(
+            "`none`, `static` (the `--api-key`s) or `keys` (the keys database)",
+            section="tenants",
+            default_doc="`none` on a loopback address; `static` with `--api-key`",
+        ),
+    ] = None
+    api_key: Annotated[
+        tuple[str, ...],
+        Flag(
+            "a key of `--auth static`; repeatable, or comma-separated",
+            section="tenants",
+            default_doc="none",
+            parse=_names,
+            repeatable=True,
+        ),
+    ] = ()
+    api_key_file: Annotated[
+        str | None,
+        Flag("a file of `--auth static` keys, one a line", section="tenants", default_doc="none"),
+    ] = None
+    database_url: Annotated[
+        str | None,
+        Flag(
+            "keys and usage database: `sqlite:///PATH` or `postgresql://...`",
+            section="tenants",
+            default_doc="`sqlite:///` `lilac.db` in `--data-dir`",
+        ),
+    ] = None
+    data_dir: Annotated[
+        str,
+        Flag(
+            "where the server keeps its SQLite database, usage spool and the secret that "
+            "seals reasoning for Responses clients (created on first use)",
+            section="tenants",
+        ),
+    ] = "~/.local/share/lilac-serve"
+    key_cache_outage_s: Annotated[
+        float,
+        Flag(
+            "seconds a key the database confirmed keeps working from the cache while the "
+            "database is unreachable; past it, and for a key not seen before, 503 "
+            "`key_store_unavailable`",
+            section="tenants",
+        ),
+    ] = 300.0
+    limit_sync_interval_s: Annotated[
+        float,
+        Flag(
+            "with `--auth keys` on PostgreSQL: seconds between a replica's rounds with the "
+            "database that keep each key's limits fleet-wide (its slices of each key's "
+            "requests, tokens and concurrency topped up or given back, its heartbeat "
+            "renewed); a request short of its slice starts a round at once",
+            section="tenants",
+        ),
+    ] = 0.5
+    response_retention_days: Annotated[
+        float,
+        Flag(
+            "days a stored response (`store: true`) is kept, then deleted; until then only "
+            "the key that made it reads it",
+            section="tenants",
+        ),
+    ] = 30.0
+    max_stored_response_bytes: Annotated[
+        int,
+        Flag(
+            "bytes one stored response may take (its body, input and output items); a "
+            "larger one is a 400 `stored_response_too_large`",
+            section="tenants",
+            default_note="16 MiB",
+        ),
+    ] = 16 * 1024 * 1024
+    max_response_chain: Annotated[
+        int,
+        Flag(
+            "responses one `previous_response_id` chain may hold, the new one included; a "
+            "longer one is a 400 `response_chain_too_long`",
+            section="tenants",
+        ),
+    ] = 100
+    max_response_chain_bytes: Annotated[
+        int,
+        Flag(
+            "bytes of the stored input and output items one chain may carry; more is a 400 "
+            "`response_chain_too_long`",
+            section="tenants",
+            default_note="32 MiB",
+        ),
+    ] = 32 * 1024 * 1024
+    batch_concurrency: Annotated[
+        int,
+        Flag(
+            "batch lines one replica runs at once, at most (they also run only in "
+            "capacity no interactive request is waiting for)",
+            section="tenants",
+        ),
+    ] = 32
+    batch_concurrency_beside_interactive: Annotated[
+        int,
+        Flag(
+            "batch lines one replica keeps running while interactive requests run (the "
+            "newest over this are cut when one arrives, and run again later): every line "
+            "in the engine's batch slows each step of an interactive request",
+            section="tenants",
+        ),
+    ] = 0
+    batch_resume_after_s: Annotated[
+        float,
+        Flag(
+            "seconds without an interactive request before batch lines start again beyond "
+            "`--batch-concurrency-beside-interactive` (so gaps in a steady load do not let "
+            "lines in and out)",
+            section="tenants",
+        ),
+    ] = 2.0
+    batch_lease_s: Annotated[
+        float,
+        Flag(
+            "seconds a replica's claim on a running batch line lasts unrenewed: a line "
+            "of a replica that died runs again on another after this",
+            section="tenants",
+        ),
+    ] = 60.0
+    replica_id: Annotated[
+        str | None,
+        Flag(
+            "this replica's name in batch line claims (replicas sharing a database need "
+            "distinct names)",
+            section="tenants",
+            default_doc="host name and process id",
+        ),
+    ] = None
