@@ -190,8 +190,12 @@ class Launched:
     that asks for its fixture by name at run time) starts when it is taken."""
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
+        here = Path(__file__).parent  # fixtures of the same names elsewhere are others
         used = {
-            name for item in request.session.items for name in getattr(item, "fixturenames", ())
+            name
+            for item in request.session.items
+            if here in item.path.parents
+            for name in getattr(item, "fixturenames", ())
         }
         self._running = {
             name: launch(request) for name, launch in LAUNCHERS.items() if name in used
