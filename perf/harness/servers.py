@@ -263,7 +263,7 @@ def launch_lilac(
 ) -> Server:
     """`start_lilac`'s server, returned as soon as its process runs (`wait_healthy`
     before use): a start is a minute of mostly one core, so servers launched together
-    come up in about the time of one on a machine with two."""
+    come up sooner than one after the other on a machine with more."""
     port = free_port()
     timeline = workdir / "owner.timeline"
     write_timeline(timeline, IDLE_OWNER)
