@@ -253,6 +253,17 @@ def start_lilac(
 ) -> Server:
     """`lilac-serve serve` with the default model, its log and timeline in `workdir`;
     returns once /health answers 200."""
+    return launch_lilac(workdir, extra_args, extra_env).wait_healthy(timeout_s)
+
+
+def launch_lilac(
+    workdir: Path,
+    extra_args: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+) -> Server:
+    """`start_lilac`'s server, returned as soon as its process runs (`wait_healthy`
+    before use): a start is a minute of mostly one core, so servers launched together
+    come up sooner than one after the other on a machine with more."""
     port = free_port()
     timeline = workdir / "owner.timeline"
     write_timeline(timeline, IDLE_OWNER)
@@ -266,5 +277,4 @@ def start_lilac(
         *extra_args,
     )
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **(extra_env or {})}
-    server = Server(argv, workdir / "server.log", port=port, env=env, timeline=timeline)
-    return server.wait_healthy(timeout_s)
+    return Server(argv, workdir / "server.log", port=port, env=env, timeline=timeline)

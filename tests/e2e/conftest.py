@@ -1,13 +1,16 @@
 """Real servers, started the way `make serve` starts them, on free local ports, each one
-for the whole session (see perf/harness/servers.py): `server` (`--auth none`) and
-`keys_server` (`--auth keys` over a keys database of its own). A real engine takes a
-minute or more to start here: a module shares these rather than starting its own."""
+for the whole e2e folder (see perf/harness/servers.py): `server` (`--auth none`) and
+`keys_server` (`--auth keys` over a keys database of its own), and `dying_server`, one
+for a test to kill. A real engine takes a minute or more to start here: a module shares
+these rather than starting its own. Those the selected tests use are launched together
+the first time one is needed (`launched`): a start keeps about one core busy, and the
+machine has two."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from perf.harness.servers import LILAC, Server, start_lilac
+from perf.harness.servers import LILAC, Server, launch_lilac
 
 # The shared server runs with an admin key (from the environment, as docs/admission.md says to
 # give it) and one allowed web origin, for the cross-site tests.
@@ -23,15 +26,18 @@ ADMIN_KEY = "e2e-admin-key"
 ALLOWED_ORIGIN = "http://app.example"
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    workdir = tmp_path_factory.mktemp("server")
-    running = start_lilac(
+def _launch_server(workdir: Path) -> Server:
+    return launch_lilac(
         workdir,
         # Its own data directory: what it stores (responses) is this session's alone.
         extra_args=("--allowed-origins", ALLOWED_ORIGIN, "--data-dir", str(workdir / "data")),
         extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
     )
+
+
+@pytest.fixture(scope="package")
+def server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Server]:
+    running = launched.take("server", request)
     yield running
     # A clean stop on SIGTERM is part of the contract: exit 0, engine core gone with it.
     process = running.process
@@ -64,9 +70,14 @@ class KeysServer:
         self._server: Server | None = None
         self.starts = 0
 
-    def _start(self) -> Server:
+    def adopt(self, running: Server) -> None:
+        """Serve through `running`, a server of `launch()`."""
+        self._server = running
+
+    def launch(self) -> Server:
+        """Its server process, started (`wait_healthy` before use)."""
         self.starts += 1
-        return start_lilac(
+        return launch_lilac(
             self.workdir,
             extra_args=(
                 *("--auth", "keys", "--data-dir", str(self.data)),
@@ -80,7 +91,7 @@ class KeysServer:
     @property
     def server(self) -> Server:
         if self._server is None:
-            self._server = self._start()
+            self._server = self.launch().wait_healthy()
         code = self._server.process.poll()
         assert code is None, f"keys server died ({code}):\n{self._server.log_tail()}"
         return self._server
@@ -130,9 +141,83 @@ class KeysServer:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=retries)
 
 
-@pytest.fixture(scope="session")
-def keys_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeysServer]:
-    running = KeysServer(tmp_path_factory.mktemp("keys-server"))
-    running.server  # noqa: B018 - started here, so that its start counts as setup
+@pytest.fixture(scope="package")
+def keys_server(
+    request: pytest.FixtureRequest, launched: Launched, keys_home: KeysServer
+) -> Iterator[KeysServer]:
+    keys_home.adopt(launched.take("keys_server", request))
+    yield keys_home
+    keys_home.kill()
+
+
+@pytest.fixture(scope="package")
+def keys_home(tmp_path_factory: pytest.TempPathFactory) -> KeysServer:
+    """The keys server's data directory, its keys database made, its server not started."""
+    return KeysServer(tmp_path_factory.mktemp("keys-server"))
+
+
+@pytest.fixture
+def dying_server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Server]:
+    """`start_lilac`'s server with its defaults, for one test to kill."""
+    running = launched.take("dying_server", request)
     yield running
-    running.kill()
+    running.kill_all()
+
+
+def _tmp(request: pytest.FixtureRequest, name: str) -> Path:
+    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+    return factory.mktemp(name)
+
+
+def _launch_keys_server(request: pytest.FixtureRequest) -> Server:
+    keys: KeysServer = request.getfixturevalue("keys_home")
+    return keys.launch()
+
+
+# The servers fixtures take from `launched`: how each is launched, from the request of a
+# fixture that is being set up.
+LAUNCHERS: dict[str, Callable[[pytest.FixtureRequest], Server]] = {
+    "server": lambda request: _launch_server(_tmp(request, "server")),
+    "keys_server": _launch_keys_server,
+    "dying_server": lambda request: launch_lilac(_tmp(request, "dying-server")),
+}
+
+
+class Launched:
+    """The servers of `LAUNCHERS` that the selected tests use, launched together the
+    first time one is needed and waited for together (so that no start competes with a
+    test for the cores). A fixture takes its own; one not launched ahead (for a test
+    that asks for its fixture by name at run time) starts when it is taken."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        here = Path(__file__).parent  # fixtures of the same names elsewhere are others
+        used = {
+            name
+            for item in request.session.items
+            if here in item.path.parents
+            for name in getattr(item, "fixturenames", ())
+        }
+        self._running = {
+            name: launch(request) for name, launch in LAUNCHERS.items() if name in used
+        }
+        try:
+            for running in self._running.values():
+                running.wait_healthy()
+        except BaseException:
+            self.kill_left()
+            raise
+
+    def take(self, name: str, request: pytest.FixtureRequest) -> Server:
+        running = self._running.pop(name, None)
+        return running or LAUNCHERS[name](request).wait_healthy()
+
+    def kill_left(self) -> None:
+        for running in self._running.values():
+            running.kill_all()
+
+
+@pytest.fixture(scope="package")
+def launched(request: pytest.FixtureRequest) -> Iterator[Launched]:
+    servers = Launched(request)
+    yield servers
+    servers.kill_left()

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import httpx
 import psutil
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-from perf.harness.servers import Server, start_lilac
+from perf.harness.servers import Server
 
 EXIT_WITHIN_S = 10.0
 BODY = {
@@ -50,27 +49,24 @@ async def kill_under_load(server: Server) -> tuple[list[tuple[int, str]], httpx.
     return endings, health
 
 
-def test_killed_engine_core_ends_requests_reports_and_exits(tmp_path: Path) -> None:
-    server = start_lilac(tmp_path)
-    try:
-        endings, health = asyncio.run(kill_under_load(server))
-        killed_at = time.monotonic()
-        for status, text in endings:
-            if status == 200:  # a stream: the error event, then [DONE]
-                assert '"type":"server_error"' in text, text[-500:]
-                assert text.rstrip().endswith("data: [DONE]"), text[-200:]
-            else:
-                assert status == 500, text
-                assert '"type":"server_error"' in text
-        assert health.status_code == 503
-        error = health.json()["error"]
-        assert error["code"] == "engine_dead"
-        assert error["message"].startswith("The engine failed (")
-        code = server.process.wait(timeout=EXIT_WITHIN_S)
-        exit_s = time.monotonic() - killed_at
-        print(f"\nserver exited {code} {exit_s:.2f} s after the in-flight requests ended")
-        assert code != 0
-        log = server.log_path.read_text()
-        assert "engine failed: " in log
-    finally:
-        server.kill_all()
+def test_killed_engine_core_ends_requests_reports_and_exits(dying_server: Server) -> None:
+    server = dying_server  # killed: the fixture cleans up what is left of it
+    endings, health = asyncio.run(kill_under_load(server))
+    killed_at = time.monotonic()
+    for status, text in endings:
+        if status == 200:  # a stream: the error event, then [DONE]
+            assert '"type":"server_error"' in text, text[-500:]
+            assert text.rstrip().endswith("data: [DONE]"), text[-200:]
+        else:
+            assert status == 500, text
+            assert '"type":"server_error"' in text
+    assert health.status_code == 503
+    error = health.json()["error"]
+    assert error["code"] == "engine_dead"
+    assert error["message"].startswith("The engine failed (")
+    code = server.process.wait(timeout=EXIT_WITHIN_S)
+    exit_s = time.monotonic() - killed_at
+    print(f"\nserver exited {code} {exit_s:.2f} s after the in-flight requests ended")
+    assert code != 0
+    log = server.log_path.read_text()
+    assert "engine failed: " in log

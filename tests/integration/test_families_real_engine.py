@@ -1,12 +1,8 @@
 """Each family end to end: the real vLLM engine and the app, SmolLM2's weights bound to the
-family's template and parser, the output forced into the family's reasoning format.
-
-SmolLM2 never writes `<think>` on its own, so the engine here is the real `VLLMEngine`
-with vLLM's `AsyncLLM.generate` intercepted (the production engine has no hook for it):
-the interception adds a regex that makes the model write the family's markers around a
-few words, constrained from the first token, and a logit bias so that it writes each
-marker as its single token (as the real models do) rather than spelling it out.
-Everything else (template, toggles, parsers, leak guard, HTTP) is the server's real path.
+family's template and parser, the output forced into the family's reasoning format (the
+package's `family_engine`, tests/integration/family_engine.py, shared with the
+warm-models tests). Everything but the forcing (template, toggles, parsers, leak guard,
+HTTP) is the server's real path.
 """
 
 from __future__ import annotations
@@ -18,14 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from engine import families
-from engine.checkpoint import default_model_dir, is_prepared
-from engine.vllm_backend.config import EngineConfig
-from engine.vllm_backend.engine import VLLMEngine
-from perf.harness.family_model import MARKERS, make_family_checkpoint
 from tests.client import app_client, stream_events
+from tests.integration.family_engine import FAMILY_MAX_MODEL_LEN, ForcedOutputEngine
+from tests.integration.family_engine import FAMILY_MODEL as MODEL
 
-MODEL = "family-test"
 URL = "/v1/chat/completions"
 USER = [{"role": "user", "content": "Say hello."}]
 WORDS = "[a-z]{2,8}( [a-z]{2,8}){1,3}"
@@ -41,59 +33,6 @@ def closed(end: str) -> str:
     return f"{WORDS}{re.escape(end)}{WORDS}"
 
 
-class ForcedOutputEngine(VLLMEngine):
-    """The real engine, with the output constrained to `self.regex` when it is set."""
-
-    regex: str | None = None
-    last_prompt: str = ""
-
-    async def start(self) -> None:
-        await super().start()
-        submit = self._llm.add_request
-
-        async def add_request(
-            request_id: str, prompt: dict[str, Any], params: Any, **kwargs: Any
-        ) -> Any:
-            ids = prompt["prompt_token_ids"]
-            self.last_prompt = self._tokenizer.decode(ids, skip_special_tokens=False)
-            if self.regex is not None:
-                self._force(params)
-                kwargs["reasoning_ended"] = True  # constrain from the first token
-            return await submit(request_id, prompt, params, **kwargs)
-
-        self._llm.add_request = add_request
-
-    def _force(self, params: Any) -> None:
-        """The reasoning markers are what is forced, each as its single token."""
-        from vllm.sampling_params import StructuredOutputsParams
-
-        params.structured_outputs = StructuredOutputsParams(regex=self.regex)
-        vocab = self._tokenizer.get_vocab()
-        params.logit_bias = {vocab[marker]: 30.0 for marker in MARKERS}
-
-
-@pytest.fixture(scope="module")
-async def family_engine(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ForcedOutputEngine]:
-    source = default_model_dir()
-    assert is_prepared(source), "run `lilac-serve prepare-model` (make test does)"
-    checkpoint = make_family_checkpoint(source, tmp_path_factory.mktemp("family") / "ckpt")
-    engine = ForcedOutputEngine(
-        EngineConfig(
-            model=str(checkpoint),
-            served_names=(MODEL,),
-            dtype="float32",
-            enforce_eager=True,
-            max_model_len=1024,
-            family="kimi_k2",
-        )
-    )
-    await engine.start()
-    yield engine
-    await engine.shutdown()
-
-
 @pytest.fixture(scope="module")
 async def family_client(family_engine: ForcedOutputEngine) -> AsyncIterator[httpx.AsyncClient]:
     async with app_client(family_engine, timeout=120) as c:
@@ -101,8 +40,7 @@ async def family_client(family_engine: ForcedOutputEngine) -> AsyncIterator[http
 
 
 def bind(engine: ForcedOutputEngine, name: str, regex: str | None) -> None:
-    engine.bind_family(families.get(name))
-    engine.regex = regex
+    engine.bind(name, regex)
 
 
 async def chat(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
@@ -366,4 +304,4 @@ async def test_models_show_family(family_client, family_engine) -> None:
         bind(family_engine, name, None)
         card = (await family_client.get("/v1/models")).json()["data"][0]
         assert (card["family"], card["reasons_by_default"]) == (name, reasons)
-        assert card["max_model_len"] == 1024
+        assert card["max_model_len"] == FAMILY_MAX_MODEL_LEN

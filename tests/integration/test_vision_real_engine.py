@@ -30,6 +30,9 @@ async def vision_engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterat
             dtype="float32",
             enforce_eager=True,
             max_model_len=1024,
+            # No test here asks for a grammar: the warm-up (seconds) would buy nothing;
+            # the package's `real_engine` starts with it.
+            grammar_warmup=False,
         )
     )
     await engine.start()

@@ -1,12 +1,13 @@
-"""Several models in one server, through two real vLLM engines: the session's SmolLM2
-engine and a second one (the same weights with the family-test tokenizer, bound to the
-`kimi_k2` family, under another name, with vLLM's stat logger as the server builds
-every model). The pause stand-in sleeps and wakes them (vLLM's
-CPU build has no sleep mode). Covered: routing by model, sleep after keep_alive, wake
-on request, one wake for concurrent requests, the LRU rule under a budget that fits one
-model, a wake that fails, a request failing the engine's checks waking nothing, a
-client's wakes limited, every model yielding to the owner and coming back, and each
-model admitted against its own engine's cap and KV budget."""
+"""Several models in one server, through two real vLLM engines: the package's SmolLM2
+engine and its family-test engine as the second model (the same weights with the
+family-test tokenizer, built for the `kimi_k2` family, under another name, with vLLM's
+stat logger as the server builds every model; tests/integration/family_engine.py). The
+pause stand-in sleeps and wakes them (vLLM's CPU build has no sleep mode). Covered:
+routing by model, sleep after keep_alive, wake on request, one wake for concurrent
+requests, the LRU rule under a budget that fits one model, a wake that fails, a request
+failing the engine's checks waking nothing, a client's wakes limited, every model
+yielding to the owner and coming back, and each model admitted against its own engine's
+cap and KV budget."""
 
 from __future__ import annotations
 
@@ -24,18 +25,17 @@ from app.settings import Settings
 from engine.admission.lease import admitted
 from engine.admission.policy import State
 from engine.admission.probes import GpuSample
-from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir
+from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.protocol import GenerateRequest, SamplingOptions
-from engine.vllm_backend.config import EngineConfig
 from engine.vllm_backend.engine import VLLMEngine
 from engine.warm.model import ModelState, WarmConfig, WarmModel
 from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper
 from engine.warm.wakes import WakeBudget
-from perf.harness.family_model import make_family_checkpoint
 from tests.client import AppClient, app_client, provided
+from tests.integration.family_engine import FAMILY_MAX_MODEL_LEN, ForcedOutputEngine
+from tests.integration.family_engine import FAMILY_MODEL as SECOND
 
-SECOND = "warm-second"
 URL = "/v1/chat/completions"
 OWNER, IDLE = GpuSample(90.0, 8000.0, 1), GpuSample()
 
@@ -48,35 +48,19 @@ class StaticProbe:
 
 
 @pytest.fixture(scope="module")
-async def second_engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VLLMEngine]:
-    checkpoint = make_family_checkpoint(
-        default_model_dir(), tmp_path_factory.mktemp("warm") / "ckpt"
-    )
-    engine = VLLMEngine(
-        EngineConfig(
-            model=str(checkpoint),
-            served_names=(SECOND,),
-            dtype="float32",
-            enforce_eager=True,
-            max_model_len=512,
-            family="kimi_k2",
-        )
-    )
-    await engine.start()
-    yield engine
-    await engine.shutdown()
-
-
-@pytest.fixture(scope="module")
-async def pool(real_engine: VLLMEngine, second_engine: VLLMEngine) -> AsyncIterator[ModelPool]:
+async def pool(
+    real_engine: VLLMEngine, family_engine: ForcedOutputEngine
+) -> AsyncIterator[ModelPool]:
+    family_engine.reset()  # the family tests rebind it: serve it as built, nothing forced
     pool = ModelPool(PauseSleeper(), idle_check_s=0.2, wake_wait_s=2.0)
     pool.add(real_engine)
-    pool.add(second_engine)
+    pool.add(family_engine)
     pool.start_idle_checks()
     yield pool
     await pool.stop_idle_checks()
-    # The session engine serves the other modules: leave it awake and resumed.
-    await pool.wake(pool.models[0])
+    # Both engines serve other modules: leave them awake and resumed.
+    for model in pool.models:
+        await pool.wake(model)
 
 
 @pytest.fixture
@@ -123,7 +107,7 @@ async def test_the_openai_client_reaches_each_model_by_name(
     listed = {m.id: m.model_extra for m in (await sdk.models.list()).data}
     assert listed[DEFAULT_MODEL_NAME]["state"] == "awake"  # type: ignore[index]
     assert (listed[SECOND]["state"], listed[SECOND]["family"]) == ("awake", "kimi_k2")  # type: ignore[index]
-    assert listed[SECOND]["max_model_len"] == 512  # type: ignore[index]
+    assert listed[SECOND]["max_model_len"] == FAMILY_MAX_MODEL_LEN  # type: ignore[index]
     messages = [{"role": "user", "content": "Say hi."}]
     for name in (DEFAULT_MODEL_NAME, SECOND):
         completion = await sdk.chat.completions.create(
@@ -292,7 +276,7 @@ async def test_a_request_that_fails_the_engines_checks_wakes_no_model(
 ) -> None:
     await pool.sleep(second(pool))
     wakes = second(pool).wakes
-    too_long = " ".join(["memo"] * 600)  # over the second model's 512-token context
+    too_long = " ".join(["memo"] * (FAMILY_MAX_MODEL_LEN + 100))  # over its context
     messages = [{"role": "user", "content": too_long}]
     failed = await http.post(URL, json=body(SECOND, messages=messages))
     assert failed.status_code == 400, failed.text

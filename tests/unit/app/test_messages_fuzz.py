@@ -19,7 +19,7 @@ from tests.client import SyncAppClient, sync_app_client
 from tests.images import png
 from tests.unit.app.test_fuzz import fuzz_settings_of, json_values, schemas
 
-EXAMPLES = int(os.environ.get("LILAC_FUZZ_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("LILAC_FUZZ_EXAMPLES", "150"))
 TINY_PNG = base64.b64encode(png((4, 4))).decode()
 
 sources = st.fixed_dictionaries(
