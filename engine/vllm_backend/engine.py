@@ -256,8 +256,11 @@ class VLLMEngine:
         if self._grammar_gate is not None:
             await self._grammar_gate.check(constraint, constraint_param(request))
         greedy_n = sampling.n > 1 and sampling.temperature == 0
-        # vLLM's own parameter checks, too, before the request may wake a model.
-        self._sampling_params(replace(sampling, n=1) if greedy_n else sampling, max_tokens)
+        # vLLM's own parameter checks, too, before the request may wake a model; a single
+        # stream runs with the parameters they built.
+        checked_params = self._sampling_params(
+            replace(sampling, n=1) if greedy_n else sampling, max_tokens
+        )
         await checked(request)
         if greedy_n:
             # vLLM refuses n > 1 with greedy sampling; OpenAI allows it. Run n requests.
@@ -282,7 +285,7 @@ class VLLMEngine:
             return
         # aclosing: closing this generator must close (and so abort) the inner one at once.
         plan = Plan(sampling, max_tokens, request.request_id, constraint, request.tally)
-        stream = self._stream(request, prompt, prompt_ids, plan, parsing)
+        stream = self._stream(request, prompt, prompt_ids, plan, parsing, checked_params)
         async with aclosing(stream) as outputs:
             async for output in outputs:
                 yield output
@@ -325,11 +328,13 @@ class VLLMEngine:
         prompt_ids: list[int],
         plan: Plan,
         parsing: RequestParsing,
+        params: Any = None,
     ) -> AsyncGenerator[GenerateOutput, None]:
-        """The request's stream: its parameters and output conversion built now, its
-        submission at the first read (engine.vllm_backend.request_stream)."""
+        """The request's stream: its parameters (`params`, or built now) and output
+        conversion, its submission at the first read (engine.vllm_backend.request_stream)."""
         sampling = plan.sampling
-        params = self._sampling_params(sampling, plan.max_tokens)
+        if params is None:
+            params = self._sampling_params(sampling, plan.max_tokens)
         params.structured_outputs = plan.constraint
         top_k = sampling.logprobs or 0
         conversion = OutputConversion(
