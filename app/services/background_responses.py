@@ -24,8 +24,8 @@ from contextlib import aclosing
 
 import msgspec
 
-from app.deferred.runner import Answer, Cut
 from app.deferred.store import CANCELLED, DeferredStore, Job, Line, LineCounts
+from app.deferred.work import Answer, Cut
 from app.error_handlers import to_api_error
 from app.errors import APIError, InvalidKey, ResponseNotFound, StoredTooLarge
 from app.schemas.responses_output import (

@@ -13,7 +13,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from app.deferred.runner import Answer
 from app.deferred.store import (
     ANSWERED,
     CANCELLED,
@@ -23,6 +22,7 @@ from app.deferred.store import (
     Line,
     LineCounts,
 )
+from app.deferred.work import Answer
 from app.errors import FileNotFound
 from app.services.batch_lines import LineRunner, closed_line, line_model
 from app.services.batch_validation import VALIDATE_LEASE_S, validate

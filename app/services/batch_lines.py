@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from app.deferred.runner import Answer, Cut
 from app.deferred.store import Job, Line
+from app.deferred.work import Answer, Cut
 from app.error_handlers import encode_error, to_api_error
 from app.errors import InvalidRequest
 from app.request_body import INLINE_BYTES, decode_checked

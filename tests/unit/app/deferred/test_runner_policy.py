@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.deferred.runner import Answer, DeferredRunner
+from app.deferred.runner import DeferredRunner
 from app.deferred.store import ANSWERED, PENDING, RUNNING, DeferredStore, Job, Line, LineCounts
+from app.deferred.work import Answer
 from app.storage.database import TenantDatabase
 from tests.unit.app.deferred.test_store import Clock, job, record, store_of, usage_count
 
