@@ -275,17 +275,25 @@ class AdmittedCapacity(ScriptedCapacity):
         return self.deferred_running() - self.first_tokens
 
 
-async def test_lines_enter_the_engine_a_few_at_a_time(database: AsyncEngine) -> None:
+async def _held_lines(
+    database: AsyncEngine, prefill_lines: int
+) -> tuple[DeferredRunner, AdmittedCapacity, HeldLines]:
+    """Ten lines held once started, a concurrency of 6, every started line admitted."""
     clock = Clock()
     store = store_of(database, clock)
     await store.create(job(), [f'{{"n": {i}}}' for i in range(10)])
     capacity = AdmittedCapacity()
     handler = HeldLines()
     runner = DeferredRunner(
-        store, capacity, [handler], replica="r1", concurrency=6, prefill_lines=2,
-        jobs_every_s=0.0, clock=clock,
+        store, capacity, [handler], replica="r1", concurrency=6,
+        prefill_lines=prefill_lines, jobs_every_s=0.0, clock=clock,
     )  # fmt: skip
     capacity.runner = runner
+    return runner, capacity, handler
+
+
+async def test_lines_enter_the_engine_a_few_at_a_time(database: AsyncEngine) -> None:
+    runner, capacity, handler = await _held_lines(database, prefill_lines=2)
     await runner.step()
     assert len(runner.running) == 2  # two prompts waiting to prefill: no more start
     await runner.step()
@@ -306,16 +314,7 @@ async def test_lines_enter_the_engine_a_few_at_a_time(database: AsyncEngine) -> 
 
 
 async def test_no_prefill_bound_starts_the_concurrency_at_once(database: AsyncEngine) -> None:
-    clock = Clock()
-    store = store_of(database, clock)
-    await store.create(job(), [f'{{"n": {i}}}' for i in range(10)])
-    capacity = AdmittedCapacity()
-    handler = HeldLines()
-    runner = DeferredRunner(
-        store, capacity, [handler], replica="r1", concurrency=6, prefill_lines=0,
-        jobs_every_s=0.0, clock=clock,
-    )  # fmt: skip
-    capacity.runner = runner
+    runner, _, handler = await _held_lines(database, prefill_lines=0)
     await runner.step()
     assert len(runner.running) == 6
     handler.go.set()
@@ -369,7 +368,7 @@ async def test_lines_cut_together_are_released_in_one_transaction(
     assert runner.stats.cut == 4 and not runner.running
 
 
-def _models_running(runner: DeferredRunner) -> list[str | None]:
+def _models_running(runner: DeferredRunner) -> list[str]:
     return sorted((r.model or "") for r in runner.running.values())
 
 
