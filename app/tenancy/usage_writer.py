@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -47,16 +45,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.tenancy.commit_window import CommitWindow
 from app.tenancy.keys import KeyStore
 from app.tenancy.schema import REASON_CHARS, usage, usage_dead_letter, usage_refusals
-from app.tenancy.usage import (
-    DEAD_LETTER_FILE,
-    SQLITE_INSERT,
-    UsageRecord,
-    _line,
-    _parse,
-    _row,
-    _values,
-    day_of,
-)
+from app.tenancy.usage import SQLITE_INSERT, UsageRecord, _line, _parse, _row, _values, day_of
+from app.tenancy.usage_spool import UsageSpool
 from app.tenancy.usage_sqlite import SqliteInserts, direct_path
 
 log = logging.getLogger("lilac.usage")
@@ -75,7 +65,8 @@ class UsageWriter:
     def __init__(self, database: AsyncEngine, spool: Path, keys: KeyStore | None = None) -> None:
         self.database = database
         self.spool = spool
-        self.dead_letter_file = spool.with_name(DEAD_LETTER_FILE)
+        self._spool = UsageSpool(spool)
+        self.dead_letter_file = self._spool.dead_letter_file
         self._keys = keys
         self._pending: list[tuple[UsageRecord, asyncio.Future[None] | None]] = []
         self._refusals: dict[RefusalKey, int] = {}
@@ -171,7 +162,7 @@ class UsageWriter:
                 log.exception("usage: cannot write usage records to the database or disk")
 
     async def _flush(self) -> None:
-        if self.spool.exists() and self.spool.stat().st_size:
+        if self._spool.has_records():
             await self._replay_spool()
         if self._refusals:
             await self._flush_refusals()
@@ -182,7 +173,7 @@ class UsageWriter:
         try:
             unwritten = await self._commit([record for record, _ in batch])
             if unwritten:
-                self._append_lines(self.spool, [_line(r) for r in unwritten])
+                self._spool.append(unwritten)
                 self.spooled += len(unwritten)
         finally:
             for _, future in batch:
@@ -312,17 +303,11 @@ class UsageWriter:
                 await conn.execute(insert(usage_dead_letter).values(**values))
         except Exception as again:
             log.error("usage: dead letter kept in %s (%s)", self.dead_letter_file, again)
-            self._append_lines(self.dead_letter_file, [json.dumps(values) + "\n"])
-
-    def _append_lines(self, path: Path, lines: list[str]) -> None:
-        with open(path, "a", encoding="utf-8") as file:
-            file.write("".join(lines))
-            file.flush()
-            os.fsync(file.fileno())
+            self._spool.keep_dead_letter(values)
 
     async def _replay_spool(self) -> None:
         try:
-            lines = self.spool.read_text(encoding="utf-8").splitlines()
+            lines = self._spool.lines()
         except OSError as exc:
             self._mark(False, exc)
             return
@@ -337,9 +322,9 @@ class UsageWriter:
         # Only this task appends to the spool: what is left is exactly `unwritten`.
         if unwritten:
             if len(unwritten) < len(lines):  # else the file already holds just these
-                self._rewrite_spool(unwritten)
+                self._spool.rewrite(unwritten)
             return
-        self.spool.unlink()
+        self._spool.remove()
         if records:
             log.info("usage: wrote %d spooled records to the database", len(records))
 
@@ -347,15 +332,7 @@ class UsageWriter:
         self.dead_lettered += 1
         log.error("usage: a spooled line does not parse; kept in %s", self.dead_letter_file)
         entry = {"record": line, "error": "unparsable spool line", "created_at": time.time()}
-        self._append_lines(self.dead_letter_file, [json.dumps(entry) + "\n"])
-
-    def _rewrite_spool(self, records: list[UsageRecord]) -> None:
-        partial = self.spool.with_name(self.spool.name + ".partial")
-        with open(partial, "w", encoding="utf-8") as file:
-            file.write("".join(_line(r) for r in records))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, self.spool)  # atomic: a crash leaves the old spool or the new
+        self._spool.keep_dead_letter(entry)
 
     async def _flush_refusals(self) -> None:
         counts, self._refusals = self._refusals, {}

@@ -1,0 +1,56 @@
+"""The files beside the database where usage records wait or are kept.
+
+The spool (JSON lines, fsynced, append-only) holds the records `UsageWriter` could not
+commit because the database is down, until it replays them; the dead-letter file
+(`usage-dead-letter.jsonl`, beside the spool) keeps what neither the database nor the
+spool will take: a record the database refuses when even `usage_dead_letter` fails, a
+spooled line that does not parse. Only the writer's task touches either file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from app.tenancy.usage import DEAD_LETTER_FILE, UsageRecord, _line
+
+
+class UsageSpool:
+    """The spool file at `path` and the dead-letter file beside it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.dead_letter_file = path.with_name(DEAD_LETTER_FILE)
+
+    def has_records(self) -> bool:
+        return self.path.exists() and self.path.stat().st_size > 0
+
+    def append(self, records: list[UsageRecord]) -> None:
+        _append_lines(self.path, [_line(r) for r in records])
+
+    def lines(self) -> list[str]:
+        """The spool's lines, records or not (OSError when it cannot be read)."""
+        return self.path.read_text(encoding="utf-8").splitlines()
+
+    def rewrite(self, records: list[UsageRecord]) -> None:
+        partial = self.path.with_name(self.path.name + ".partial")
+        with open(partial, "w", encoding="utf-8") as file:
+            file.write("".join(_line(r) for r in records))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(partial, self.path)  # atomic: a crash leaves the old spool or the new
+
+    def remove(self) -> None:
+        self.path.unlink()
+
+    def keep_dead_letter(self, entry: dict[str, Any]) -> None:
+        _append_lines(self.dead_letter_file, [json.dumps(entry) + "\n"])
+
+
+def _append_lines(path: Path, lines: list[str]) -> None:
+    with open(path, "a", encoding="utf-8") as file:
+        file.write("".join(lines))
+        file.flush()
+        os.fsync(file.fileno())
