@@ -37,6 +37,7 @@ from engine.admission.policy import (
 )
 from engine.admission.probes import GpuSample, Probe
 from engine.admission.queue import AdmissionQueue, Ticket
+from engine.admission.waiters import Waiters
 from engine.checks import require_ready
 from engine.errors import AdmissionRejected, Drained
 from engine.protocol import GenerateRequest, ModelHost, ModelInfo
@@ -44,7 +45,6 @@ from engine.protocol import GenerateRequest, ModelHost, ModelInfo
 log = logging.getLogger("lilac.admission")
 
 _FAILED_PROBE = GpuSample(foreign_util_pct=100.0)  # an unreadable GPU counts as the owner's
-PREFILL_CONTEXTS = 1  # a client's admitted prompts not yet begun: at most this many contexts
 
 
 class AdmittedHost(ModelHost, Protocol):
@@ -71,9 +71,7 @@ class AdmissionController:
         self._wall_clock = wall_clock
         self.machine = StateMachine(policy, clock())
         self.queue = AdmissionQueue(policy)
-        self._budgets_set: set[str] = set()  # models whose engine gave its KV budget
         self._leases: dict[int, Lease] = {}
-        self._waiters: dict[int, asyncio.Future[None]] = {}
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()  # transitions' effects on the engine run one at a time
         self._yielded = asyncio.Event()
@@ -83,6 +81,7 @@ class AdmissionController:
         self.memory_released = False
         self.last_sample = GpuSample()
         self.counters: Counter[str] = Counter()
+        self.waiters = Waiters(self.queue, policy, self.counters, self._caps)
         # (clock time, event): transitions and the moments their effects completed.
         self.events: deque[tuple[float, str]] = deque(maxlen=200)
         # Called with (what, seconds) for "yield" (reclaim seen -> engine paused),
@@ -189,7 +188,7 @@ class AdmissionController:
         owner = classify(sample, self.policy)
         transitions = self.machine.update(now, owner, window_open, len(self.queue.running))
         for ticket in self.queue.expire(now):
-            self._reject_waiter(ticket, self._queue_timeout())
+            self.waiters.reject(ticket, self.waiters.queue_timeout())
         await self._apply(transitions)
 
     def _count_interference(self, now: float) -> None:
@@ -216,7 +215,8 @@ class AdmissionController:
                     self._reclaimed_at = transition.at
                 if transition.target is State.DRAINING:
                     for ticket in self.queue.clear_waiting():
-                        self._reject_waiter(ticket, self._not_admitting(self._clock()))
+                        error = refusals.not_admitting(self.machine, self._clock())
+                        self.waiters.reject(ticket, error)
                 if transition.target is State.YIELDED:
                     await self._yield()
             if self.admitting() and self.engine_paused:
@@ -224,7 +224,7 @@ class AdmissionController:
                 returning_since = self._clock()
                 await self._return()
                 self._observe("return", self._clock() - returning_since)
-            self._grant()
+            self.waiters.grant()
 
     def _record(self, transition: Transition) -> None:
         log.info("admission %s -> %s (%s)", transition.source, transition.target, transition.reason)
@@ -272,6 +272,9 @@ class AdmissionController:
         is lightly active the throttled cap is the GPU's, whatever model runs."""
         return self._cap() if self.machine.state is State.THROTTLED else 0
 
+    def _caps(self) -> tuple[int, int]:
+        return self._cap(), self._total_cap()
+
     @asynccontextmanager
     async def lease(
         self, request: GenerateRequest, model: ModelInfo | None = None
@@ -283,7 +286,7 @@ class AdmissionController:
         holder calls `Lease.check` after each output to end a revoked generation."""
         require_ready(self._engine)
         model = model or self._engine.model
-        self._use_model(model)
+        self.waiters.use_model(model)
         ticket = ticket_for(next(self._ids), request, model)
         lease = await self._acquire(ticket, request.request_id)
         try:
@@ -291,27 +294,13 @@ class AdmissionController:
         finally:
             self._release(lease)
 
-    def _use_model(self, model: ModelInfo) -> None:
-        """Take a model's KV budget from its engine once, when it first runs a request."""
-        if model.name in self._budgets_set:
-            return
-        configured = self.policy.kv_budget_tokens
-        # A context of prompts not yet begun per client: with chunked prefill, one or
-        # a few engine steps' worth of prefill (a step's budget is 2,048 tokens on CPU).
-        self.queue.set_model(
-            model.name,
-            configured if configured else model.kv_cache_tokens,
-            PREFILL_CONTEXTS * model.max_model_len,
-        )
-        self._budgets_set.add(model.name)
-
     async def _acquire(self, ticket: Ticket, request_id: str) -> Lease:
         """Admit a ticket now, after a wait in the queue, or raise AdmissionRejected."""
         now = self._clock()
         self.counters["offered"] += 1
         if not self.admitting():
-            self._count_rejection("draining" if self.state is State.DRAINING else "yielded")
-            raise self._not_admitting(now)
+            self.waiters.count_rejection("draining" if self.state is State.DRAINING else "yielded")
+            raise refusals.not_admitting(self.machine, now)
         if not deferred.is_deferred(ticket.client):
             for listener in self.interactive_arrived:
                 listener(ticket.model)
@@ -319,50 +308,28 @@ class AdmissionController:
         try:
             started = self.queue.offer(ticket, self._cap(), self._total_cap())
         except AdmissionRejected as exc:
-            self._count_rejection(exc.code)
+            self.waiters.count_rejection(exc.code)
             raise
         if not started and deferred.is_deferred(ticket.client):
             self.queue.withdraw(ticket.id)  # deferred work never queues
-            self._count_rejection("deferred_no_room")
+            self.waiters.count_rejection("deferred_no_room")
             raise refusals.no_room_for_deferred()
         if not started:
             for listener in self.interactive_queued:
                 listener(ticket.model)
-            await self._wait(ticket)
+            await self.waiters.wait(ticket)
         lease = Lease(ticket, request_id, self._drained_error, self._prefilled)
         self._leases[ticket.id] = lease
         self.counters["admitted"] += 1
         self._observe("queue_wait", self._clock() - now)
         return lease
 
-    async def _wait(self, ticket: Ticket) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters[ticket.id] = waiter
-        self.counters["queued"] += 1
-        # Queued behind others, it may still run at once: a client running nothing may
-        # take the capacity held back for it, and goes ahead of a flood's tickets.
-        self._grant()
-        try:
-            # Not `wait_for`: on Python 3.11 it returns the result of a waiter granted in
-            # the same instant its task is cancelled, swallowing the cancel; the request
-            # then ran to its end with its client gone. A plain await always raises it.
-            async with asyncio.timeout(self.policy.queue_timeout_s):
-                await waiter
-        except TimeoutError:
-            self.queue.withdraw(ticket.id)
-            self._count_rejection("queue_timeout")
-            raise self._queue_timeout() from None
-        except BaseException:
-            # Client gone (cancelled) or rejected while queued: give back what it holds.
-            self.queue.withdraw(ticket.id)
-            self.queue.release(ticket.id)
-            raise
-        finally:
-            self._waiters.pop(ticket.id, None)
+    def _drained_error(self) -> Drained:
+        return refusals.drained(self.machine, self._clock())
 
     def _prefilled(self, lease: Lease) -> None:
         self.queue.prefilled(lease.ticket.id)
-        self._grant()  # a client held back by its prefills may go on
+        self.waiters.grant()  # a client held back by its prefills may go on
         if deferred.is_deferred(lease.ticket.client):
             for listener in self.deferred_prefilled:
                 listener()
@@ -378,34 +345,7 @@ class AdmissionController:
                 task = asyncio.create_task(self._apply(transitions))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
-        self._grant()
-
-    def _grant(self) -> None:
-        for ticket in self.queue.admit_ready(self._cap(), self._total_cap()):
-            waiter = self._waiters.get(ticket.id)
-            if waiter is None or waiter.done():
-                self.queue.release(ticket.id)  # its client gave up meanwhile
-            else:
-                waiter.set_result(None)
-
-    def _reject_waiter(self, ticket: Ticket, error: AdmissionRejected) -> None:
-        waiter = self._waiters.get(ticket.id)
-        if waiter is not None and not waiter.done():
-            self._count_rejection(error.code)
-            waiter.set_exception(error)
-
-    def _count_rejection(self, code: str) -> None:
-        self.counters["rejected"] += 1
-        self.counters[f"rejected_{code}"] += 1
-
-    def _not_admitting(self, now: float) -> AdmissionRejected:
-        return refusals.not_admitting(self.machine, now)
-
-    def _queue_timeout(self) -> AdmissionRejected:
-        return refusals.queue_timeout(self.policy)
-
-    def _drained_error(self) -> Drained:
-        return refusals.drained(self.machine, self._clock())
+        self.waiters.grant()
 
     # ------------------------------------------------------------ reporting
 
