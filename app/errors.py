@@ -144,6 +144,20 @@ class TooManyRequests(APIError):
         self.retry_after = max(1, math.ceil(retry_after))
 
 
+class ModelNotHere(TooManyRequests):
+    """A model this replica does not serve but another live replica of the fleet does:
+    retryable, so a router retries the request on another replica."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"The model `{model}` is served by another replica, not this one; retry the "
+            "request (a router retries it on another replica).",
+            1,
+            code="model_not_here",
+        )
+        self.param = "model"
+
+
 class FileNotFound(APIError):
     """A file id that is unknown, or another owner's (the same answer: a key learns
     nothing of other keys' files)."""

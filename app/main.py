@@ -101,6 +101,8 @@ def create_app(
     WarmMetrics(server_metrics.registry, models)
     loop_lag = LoopLagMonitor(server_metrics.registry)
     tenancy = tenancy or Tenancy.from_settings(settings)
+    if tenancy.fleet is not None:  # this replica's models, published to the others
+        tenancy.fleet.serve(models)
     if tenancy.writer is not None:
         server_metrics.registry.register(UsageWriterCollector(tenancy.writer))
     # Tenant data shares the keys database's pool when there is one.

@@ -103,6 +103,17 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             "same request again within 30 s (the router found none) wakes it here"
         ),
     ] = False
+    fleet_models_heartbeat_s: Annotated[
+        float,
+        Flag(
+            "with `--auth keys`: seconds between this replica's heartbeats in the keys "
+            "database, where the replicas sharing it publish the models they serve; "
+            "`GET /v1/models` then lists the fleet's models, and a request for a model "
+            "only another live replica serves gets 429 `model_not_here` (a router "
+            "retries it there). A replica's models drop out 3 heartbeats after its last; "
+            "`0`: off (each replica lists and serves only its own)"
+        ),
+    ] = 2.0
     tool_call_parser: Annotated[
         str | None,
         Flag(

@@ -53,6 +53,7 @@ async def respond(
     # Read only for a model asleep here, to know a router's retry (engine.warm.elsewhere).
     REQUEST_BODY.set(await request.body())
     key = request_key(request)
+    tenancy.refuse_if_elsewhere(key, body.model)  # served by another replica: 429 now
     client = client_key(request, body.user, key.id if key is not None else None)
     body.priority = clamp_priority(body.priority, key.limits.priority if key is not None else 0)
     # Metered keys each get their own part of the prefix cache (app.tenancy.isolation).

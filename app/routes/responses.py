@@ -73,6 +73,7 @@ async def _queued(
     `stream: true`, its events as they are stored."""
     key = request_key(request)
     as_key(chat, key)  # a model the key may not use: 404 now
+    tenancy.refuse_if_elsewhere(key, chat.model)  # served by another replica: 429 now
     if key is not None:  # one of the key's requests per minute (429 past them)
         await tenancy.admit_unmetered(key, chat.model)
     queued = await background.create(chat, raw, key if tenancy.mode == "keys" else None)

@@ -38,6 +38,7 @@ async def _admitted_model(
     """The model a call names, once the caller's key may use it and is within its
     requests per minute. A model the key may not use reads as one not served."""
     key = request_key(request)
+    tenancy.refuse_if_elsewhere(key, name)  # served by another replica: 429 now
     if key is not None:
         await tenancy.admit_unmetered(key, name if name is not None else models.first.name)
     return resolve_model(models, name)

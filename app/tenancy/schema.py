@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Float,
     Index,
@@ -146,4 +147,21 @@ file_chunks = Table(
     Column("file_pk", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
     Column("seq", Integer, primary_key=True),
     Column("data", LargeBinary, nullable=False),
+)
+
+# The models each replica sharing the database serves (one row per replica and served
+# name), renewed by the replica's heartbeat: a row past `expires_at` is a replica gone
+# without saying so, ignored by the others and pruned. `card` is the model's card as
+# `GET /v1/models/{id}` shows it (JSON), `awake` whether it can serve without waking.
+REPLICA_ID_CHARS = 32
+
+fleet_models = Table(
+    "fleet_models",
+    metadata,
+    Column("replica_id", String(REPLICA_ID_CHARS), primary_key=True),
+    Column("model", String(MODEL_CHARS), primary_key=True),
+    Column("awake", Boolean, nullable=False),
+    Column("card", Text, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_fleet_models_expires_at", "expires_at"),
 )

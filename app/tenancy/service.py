@@ -18,12 +18,13 @@ from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.error_handlers import to_api_error
-from app.errors import ClientDisconnected, ModelNotFound, TooManyRequests
+from app.errors import ClientDisconnected, ModelNotFound, ModelNotHere, TooManyRequests
 from app.observability import context
 from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.fleet_limits import SYNC_INTERVAL_S, FleetLimiter
+from app.tenancy.fleet_models import HEARTBEAT_S, FleetModels
 from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
 from app.tenancy.middleware import SCOPE_KEY, SCOPE_TENANCY
@@ -241,11 +242,13 @@ class Tenancy:
         store: KeyStore | None = None,
         writer: UsageWriter | None = None,
         limiter: RateLimiter | None = None,
+        fleet: FleetModels | None = None,
     ) -> None:
         self.auth = auth
         self.store = store
         self.writer = writer
         self.limiter: RateLimiter = limiter or Limiter()
+        self.fleet = fleet  # the models of every replica sharing the keys database
 
     @property
     def mode(self) -> str:
@@ -265,6 +268,7 @@ class Tenancy:
             spool_path(settings),
             outage_s=settings.key_cache_outage_s,
             limit_sync_s=settings.limit_sync_interval_s,
+            fleet_heartbeat_s=settings.fleet_models_heartbeat_s,
         )
 
     @classmethod
@@ -274,27 +278,51 @@ class Tenancy:
         spool: Path,
         outage_s: float = OUTAGE_S,
         limit_sync_s: float = SYNC_INTERVAL_S,
+        fleet_heartbeat_s: float = HEARTBEAT_S,
     ) -> Tenancy:
         """Keys, usage and limits on `engine`. On PostgreSQL, which replicas share, a
         key's limits hold across all of them (app.tenancy.fleet_limits); on SQLite,
-        one server's, they count in this process."""
+        one server's, they count in this process. With `fleet_heartbeat_s` over 0, the
+        replicas on it publish their models to each other (app.tenancy.fleet_models)."""
         store = KeyStore(engine)
         auth = DatabaseKeys(store, outage_s=outage_s)
         limiter: RateLimiter | None = None
         if engine.dialect.name == "postgresql":
             limiter = FleetLimiter.for_engine(engine, limit_sync_s)
-        return cls(auth, store=store, writer=UsageWriter(engine, spool, store), limiter=limiter)
+        fleet = FleetModels(engine, interval_s=fleet_heartbeat_s) if fleet_heartbeat_s > 0 else None
+        writer = UsageWriter(engine, spool, store)
+        return cls(auth, store=store, writer=writer, limiter=limiter, fleet=fleet)
 
     async def start(self) -> None:
         await self.limiter.start()
+        if self.fleet is not None:
+            await self.fleet.start()
         if self.writer is not None:
             self.writer.start()
 
     async def close(self) -> None:
+        if self.fleet is not None:
+            await self.fleet.close()  # the others stop listing this replica's models now
         await self.limiter.close()
         if self.writer is not None:
             await self.writer.close()
             await self.writer.database.dispose()
+
+    def refuse_if_elsewhere(self, key: KeyRecord | None, model: str | None) -> None:
+        """429 `model_not_here` for a model this replica does not serve but a live peer
+        does, so a router retries it on another replica; checked before the key's limits
+        and admission, so the refusal costs the key nothing (no limit, no usage). A model
+        the key may not use, or one nobody serves, is left to the 404 it gets today."""
+        fleet = self.fleet
+        if fleet is None or model is None or fleet.here(model):
+            return
+        if key is not None and not key.limits.allows_model(model):
+            return
+        if fleet.served_elsewhere(model):
+            record = context.current()
+            if record is not None:
+                record.model = model
+            raise ModelNotHere(model)
 
     async def begin(
         self,

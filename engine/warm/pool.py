@@ -67,6 +67,10 @@ class ModelPool:
         self.elsewhere: AwakeElsewhereFirst | None = None
         if prefer_awake_elsewhere:
             self.elsewhere = AwakeElsewhereFirst(clock=lambda: self.clock())
+        # In a fleet that publishes its models' states: whether another replica has a
+        # model awake (None: it knows of no other replica, so refuse the first attempt
+        # as if one might).
+        self.awake_elsewhere: Callable[[str], bool | None] | None = None
         self.models: list[WarmModel] = []
         self._by_name: dict[str, WarmModel] = {}
         self._lock = asyncio.Lock()  # every state change, one at a time
@@ -154,7 +158,7 @@ class ModelPool:
         (engine.warm.elsewhere) before it would wait for a wake."""
         if model.state in (ModelState.AWAKE, ModelState.LOADING):
             return
-        if self.elsewhere is not None:
+        if self.elsewhere is not None and self._maybe_awake_elsewhere(model.name):
             self.elsewhere.check(model.name, client)
         if model.wake_task is None:
             self.wake_budget.take(client, model.name)
@@ -166,6 +170,12 @@ class ModelPool:
             model.wake_task.add_done_callback(_forget_wake(model))
         # One waiter going away (its client left) must not cancel the others' wake.
         await asyncio.shield(model.wake_task)
+
+    def _maybe_awake_elsewhere(self, name: str) -> bool:
+        """False only when the fleet's published states say no other replica has `name`
+        awake: the request wakes it here at once instead of bouncing off every box."""
+        known = self.awake_elsewhere(name) if self.awake_elsewhere is not None else None
+        return known is not False
 
     async def _wake(self, model: WarmModel) -> None:
         started = self.clock()
