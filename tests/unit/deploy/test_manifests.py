@@ -122,7 +122,7 @@ def test_the_container_image_serves_with_keys_and_its_probe_needs_none() -> None
     assert probed.group(1) in _app_paths()
 
 
-def test_the_model_routing_recipe_registers_each_pod_under_the_model_it_serves() -> None:
+def test_the_model_routing_recipe_puts_pods_of_every_model_behind_the_plain_router() -> None:
     path = DEPLOY / "kubernetes" / "lilac-serve-models.yaml"
     documents = list(yaml.safe_load_all(path.read_text()))
     daemon = next(d for d in documents if d["kind"] == "DaemonSet")
@@ -130,22 +130,28 @@ def test_the_model_routing_recipe_registers_each_pod_under_the_model_it_serves()
     container = pod["containers"][0]
     env = {e["name"]: e.get("value", "set") for e in container["env"]}
     settings = _serve_settings(container["args"], env)
+    # One shared database: the pods publish their models in it, which routes by model.
     assert auth_mode(settings) == "keys" and database_url(settings) == "set"
-    # The model id the pod registers is the name it serves, and its nodes' label.
-    assert tuple(settings.served_model_name) == (env["MODEL_ID"],)
-    assert pod["nodeSelector"]["lilac.dev/model"] == env["MODEL_ID"]
-    register = " ".join(container["lifecycle"]["postStart"]["exec"]["command"])
-    assert "/workers" in register and "'model_id': os.environ['MODEL_ID']" in register
+    assert settings.fleet_models_heartbeat_s > 0
+    model = daemon["metadata"]["labels"]["lilac.dev/model"]
+    assert tuple(settings.served_model_name) == (model,)
+    assert pod["nodeSelector"]["lilac.dev/model"] == model
+    assert "postStart" not in container.get("lifecycle", {})  # nothing to register
     router = next(d for d in documents if d["kind"] == "Deployment")
-    args = router["spec"]["template"]["spec"]["containers"][0]["args"][0]
-    assert "vllm-router==0.1.17" in args and "--enable-igw" in args
+    spec = router["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"][0]
+    assert "vllm-router==0.1.17" in args and "--enable-igw" not in args
     assert "--health-check-endpoint /health" in args
-    # A model asleep on a pod goes first where it is awake: the pods refuse its first
-    # attempt, the router retries it elsewhere.
+    selector = re.search(r"--selector (\S+)", args)
+    assert selector is not None
+    assert selector.group(1) == "app=" + daemon["spec"]["template"]["metadata"]["labels"]["app"]
+    role = next(d for d in documents if d["kind"] == "RoleBinding")
+    assert role["subjects"][0]["name"] == spec["serviceAccountName"]
+    # A model asleep on a pod goes first where it is awake; a request refused by the pods
+    # without its model is retried: attempts enough for every pod.
     assert settings.prefer_awake_elsewhere
     retries = re.search(r"--retry-max-retries (\d+)", args)
     assert retries is not None and int(retries.group(1)) >= 3
-    assert env["ROUTER"] == "http://lilac-model-router.lilac.svc"
     service = next(d for d in documents if d["kind"] == "Service")
     assert service["metadata"]["name"] == "lilac-model-router"
     paths = _app_paths()
