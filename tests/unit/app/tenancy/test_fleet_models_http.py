@@ -126,8 +126,20 @@ async def test_the_peers_model_is_refused_fast_and_costs_the_key_nothing(
             assert "`beta`" in error["message"]
     streamed = await a.post(URL, json={**chat("beta"), "stream": True}, headers=bearer(secret))
     assert streamed.status_code == 429 and streamed.json()["error"]["code"] == "model_not_here"
+    for path, body in (
+        ("/v1/responses", {"model": "beta", "input": "hi"}),
+        ("/v1/responses", {"model": "beta", "input": "hi", "background": True}),
+        (
+            "/v1/messages",
+            {"model": "beta", "max_tokens": 2, "messages": [chat("x")["messages"][0]]},
+        ),
+        ("/tokenize", {"model": "beta", "prompt": "hi"}),
+    ):
+        other = await a.post(path, json=body, headers=bearer(secret))
+        assert other.status_code == 429, (path, other.text)
+        assert "served by another replica" in other.text and other.headers["retry-after"] == "1"
     outcomes = [r.access["outcome"] for r in caplog.records if r.name == "lilac.access"]  # type: ignore[attr-defined]
-    assert outcomes == ["model_not_here"] * 7
+    assert outcomes == ["model_not_here"] * 11
     models = {r.access["model"] for r in caplog.records if r.name == "lilac.access"}  # type: ignore[attr-defined]
     assert models == {"beta"}
 
