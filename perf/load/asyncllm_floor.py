@@ -11,8 +11,8 @@ HTTP CPU per token. This drives the AsyncLLM built exactly as our server builds 
 (`engine.vllm_backend.config.build_async_llm`, the load benchmark's engine flags) with
 vLLM's random prompts (pre-tokenized: no chat template, no tokenizing of the prompt),
 `concurrency` streams at a time through `AsyncLLM.generate`, `ignore_eos`, and reads
-this process's CPU (every thread, from /proc/self/task/*/schedstat; the engine core is
-another process) over each run, and over 4 s of idle before it.
+this process's CPU (every thread, `time.process_time`; the engine core is another
+process) over each run, and over 4 s of idle before it.
 
 Variants, all on one engine, in turn:
 - `delta`: `RequestOutputKind.DELTA`, one output per token, as both servers stream;
@@ -49,14 +49,9 @@ VARIANTS = ("delta", "final", "interval4", "delta-nostats")
 
 
 def process_cpu() -> float:
-    """CPU seconds of this process, every thread (nanosecond schedstat, not 10 ms ticks)."""
-    total = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            total += int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
-        except (OSError, IndexError):
-            continue  # a thread that ended meanwhile
-    return total / 1e9
+    """CPU seconds of this process, every thread, ended ones included
+    (CLOCK_PROCESS_CPUTIME_ID: nanoseconds, not the 10 ms ticks of `cpu_times`)."""
+    return time.process_time()
 
 
 def prompts(args: argparse.Namespace, model_dir: str, seed: int) -> list[list[int]]:
