@@ -185,9 +185,8 @@ async def run(args: argparse.Namespace, model_dir: str) -> list[dict[str, Any]]:
                 rows.append(row)
         if args.profile:
             raw = OUT / f"{args.profile}.raw.txt"
+            batch = prompts(args, model_dir, 3000)  # before the recorder: not profiled
             recorder = spy(args.rate, raw)
-            await asyncio.sleep(1.0)
-            batch = prompts(args, model_dir, 3000)
             row = await run_variant(llm, args.profile, batch, args, "profiled")
             recorder.send_signal(signal.SIGINT)
             await asyncio.to_thread(recorder.wait, 60)
