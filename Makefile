@@ -54,8 +54,22 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update && apt-get install -y --no-install-recommends postgresql-15)
 
+# The tests that start no engine (tests/unit, tests/docs) run on one pytest-xdist worker
+# per core (`--dist load`: xdist's by-file and by-scope modes key tests by node id and
+# would run schemathesis' operations, which share one, only once); then the engine and server tests run in one
+# process, where each engine start wants both cores. Both phases run whatever the first
+# gives; PYTEST_ARGS runs what it names, in one process.
+TEST_WORKERS ?= 2
+PARALLEL_TESTS := tests/unit tests/docs
+
 test: model lint postgres
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load $(PARALLEL_TESTS); first=$$?; \
+	$(BIN)/python -m pytest $(addprefix --ignore=,$(PARALLEL_TESTS)); second=$$?; \
+	test $$first -eq 0 && test $$second -eq 0
+else
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+endif
 
 # Micro-benchmarks (perf/micro/test_*.py), compared with the committed baseline by perf/micro/bench.py:
 # fails on a confirmed regression over 25% or a missing benchmark (see docs/benchmarks.md). BENCH_ARGS adds pytest options (and makes the run partial).

@@ -72,6 +72,7 @@ def build_engine(
         enable_sleep_mode=on_gpu and (settings.release_memory or sleep_mode),
         prometheus_stats=prometheus_stats,
         grammar_compile_timeout_s=settings.grammar_compile_timeout,
+        grammar_warmup=settings.grammar_warmup,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
     )

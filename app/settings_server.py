@@ -130,6 +130,15 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             "schema of 800 optional properties 1.5 s)"
         ),
     ] = 5.0
+    grammar_warmup: Annotated[
+        bool,
+        Flag(
+            "compile at start the bounded strings that every tool-call grammar and JSON "
+            "schema shares (a few seconds of CPU before the server reports ready), so that "
+            "no request pays for them; `false`: a sooner start, and the first requests with "
+            "a grammar compile them (3-4 s here, which may pass `--grammar-compile-timeout`)"
+        ),
+    ] = True
     chat_template: Annotated[
         str | None,
         Flag(

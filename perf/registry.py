@@ -9,6 +9,7 @@ SCENARIOS: dict[str, str] = {
     "admission-yield": "perf.scenarios.admission_yield",
     "agent-apis-vs-vllm": "perf.scenarios.agent_apis_vs_vllm",
     "app-cpu": "perf.micro.app_cpu",
+    "asyncllm-floor": "perf.load.asyncllm_floor",
     "attacks": "perf.scenarios.attacks",
     "batch": "perf.scenarios.batch_bench",
     "bench": "perf.micro.bench",

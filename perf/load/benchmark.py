@@ -59,12 +59,14 @@ def server_argv(kind: str, args: argparse.Namespace, model_dir: str, port: int) 
         if kind == "ours-tuned":
             argv += shlex.split(args.tuned_flags)
         return argv
+    # granian logs no access line: the same. `vllm-stats` keeps vLLM's stats on (its
+    # Prometheus series and periodic log line), as our server keeps its `vllm:` series.
+    stats = () if kind == "vllm-stats" else ("--disable-log-stats",)
     return vllm_argv(
         port,
         *common,
         *("--dtype", "float32", "--enforce-eager", "--seed", "0"),
-        # Our engine runs with stats logging off and granian logs no access line: the same.
-        *("--disable-log-stats", "--disable-uvicorn-access-log"),
+        *(*stats, "--disable-uvicorn-access-log"),
     )
 
 
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="ours,vllm,offline",
-        help="which to run, in order (also: ours-default, ours-noadmit, ours-tuned)",
+        help="which to run, in order (also: ours-default, ours-noadmit, ours-tuned, vllm-stats)",
     )
     parser.add_argument(
         "--tuned-flags", default="", help="more lilac-serve flags for the ours-tuned run"

@@ -46,6 +46,12 @@ def server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Serve
     assert process.wait(timeout=120) == 0, running.log_path.read_text()[-4000:]
 
 
+# The shared `server` compiles the grammar warm-up at start as `make serve` does (its tests
+# send tool calls and schemas; tests/docs runs the documentation against it); no test of
+# the keys server or the dying server sends a grammar, so they skip it (seconds of CPU
+# a start, on the two cores that the servers start on together).
+NO_GRAMMAR_WARMUP = ("--grammar-warmup", "false")
+
 # The keys server's upload bounds (the tenants tests go past them) and batch lease (a
 # killed replica's batch lines run again this long after its last renewal).
 MAX_FILE_BYTES = 1_000_000
@@ -84,6 +90,7 @@ class KeysServer:
                 *("--max-file-bytes", str(MAX_FILE_BYTES)),
                 *("--max-file-lines", str(MAX_FILE_LINES)),
                 *("--batch-lease-s", str(BATCH_LEASE_S), "--replica-id", "e2e"),
+                *NO_GRAMMAR_WARMUP,
             ),
             extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
         )
@@ -179,7 +186,9 @@ def _launch_keys_server(request: pytest.FixtureRequest) -> Server:
 LAUNCHERS: dict[str, Callable[[pytest.FixtureRequest], Server]] = {
     "server": lambda request: _launch_server(_tmp(request, "server")),
     "keys_server": _launch_keys_server,
-    "dying_server": lambda request: launch_lilac(_tmp(request, "dying-server")),
+    "dying_server": lambda request: launch_lilac(
+        _tmp(request, "dying-server"), extra_args=NO_GRAMMAR_WARMUP
+    ),
 }
 
 

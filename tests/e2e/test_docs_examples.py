@@ -7,10 +7,11 @@ Each page runs in a terminal of its own (tests/docs/runner.py: its blocks share 
 shell environment, in order, and fail on any failing command or HTTP error).
 `127.0.0.1:8000` in a block is the test server's address: the session's e2e server
 (`--auth none` on loopback, its admin key in `LILAC_ADMIN_KEY`), except on the tenants
-page, whose server runs `--auth keys` over that page's own keys database, started when a
-block first needs it (after the page has made its key). Blocks marked
-`<!-- not run: REASON -->` are left out; tests/docs/test_blocks.py holds every other
-block to the rules.
+page, whose server runs `--auth keys` over that page's own keys database, launched as
+soon as the page has made its key. Its blocks up to that one run first and the rest
+last, so that the server (a minute of one core) starts while the other pages run.
+Blocks marked `<!-- not run: REASON -->` are left out; tests/docs/test_blocks.py holds
+every other block to the rules.
 
 The tenants page's walkthrough is also held to what its text says each step does
 (TENANT_CHECKS): the key's form and the database in the empty HOME's data directory, a
@@ -34,9 +35,21 @@ from tests.docs.blocks import Block, all_blocks
 from tests.docs.runner import Terminal
 from tests.e2e.conftest import ADMIN_KEY
 
-BLOCKS = [block for block in all_blocks() if block.runs]
 DOCUMENTED_ADDRESSES = ("127.0.0.1:8000", "localhost:8000")
 KEYS_PAGES = frozenset({"docs/tenants.md"})
+KEY_CREATE = "lilac-serve keys create"
+
+
+def run_order(blocks: list[Block]) -> list[Block]:
+    """Page order, except that the keys pages' blocks after the one that makes the key
+    run after every other page's (each page keeps its own order)."""
+    keyed = [block for block in blocks if block.path in KEYS_PAGES]
+    made = next((i + 1 for i, block in enumerate(keyed) if KEY_CREATE in block.text), 0)
+    others = [block for block in blocks if block.path not in KEYS_PAGES]
+    return keyed[:made] + others + keyed[made:]
+
+
+BLOCKS = run_order([block for block in all_blocks() if block.runs])
 
 
 @dataclass
@@ -65,8 +78,9 @@ def _page(pages: dict[str, Page], path: str, tmp_path_factory: pytest.TempPathFa
     return pages[path]
 
 
-def _keys_server(page: Page) -> Server:
-    """`lilac-serve serve --auth keys` over the page's keys database, on loopback."""
+def _launch_keys_server(page: Page) -> None:
+    """`lilac-serve serve --auth keys` over the page's keys database, on loopback,
+    launched (`_keys_server` waits for it)."""
     if page.server is None:
         port = free_port()
         log_path = page.terminal.home.parent / f"{page.terminal.home.name}-server.log"
@@ -76,8 +90,13 @@ def _keys_server(page: Page) -> Server:
         page.server = Server(
             command, log_path, port=port, environ=page.terminal.env, cwd=page.terminal.home
         )
-        page.server.wait_healthy(600)
-    return page.server
+
+
+def _keys_server(page: Page) -> Server:
+    """The page's keys server, once healthy."""
+    _launch_keys_server(page)
+    assert page.server is not None
+    return page.server.wait_healthy(600)
 
 
 def _address(block: Block, page: Page, request: pytest.FixtureRequest) -> str | None:
@@ -109,6 +128,8 @@ def test_a_documented_block_runs(
         for trigger, check in TENANT_CHECKS.items():
             if trigger in block.text:
                 check(page, result)
+        if KEY_CREATE in block.text:
+            _launch_keys_server(page)
 
 
 # The walkthrough's two calls with the key: the curl block and the Python block.
@@ -166,7 +187,7 @@ def _usage_and_revocation(page: Page, result: Result) -> None:
 
 # What a block of the tenants page holds -> what its step must have done.
 TENANT_CHECKS: dict[str, Callable[[Page, Result], None]] = {
-    "lilac-serve keys create": _key_was_made,
+    KEY_CREATE: _key_was_made,
     "/v1/chat/completions": _key_completed,
     "client.chat.completions.create(": _sdk_completed,
     "lilac-serve keys revoke": _usage_and_revocation,

@@ -1,38 +1,35 @@
-"""The real vLLM engines of the integration tests, each started once for the whole
-package and shut down when its last test has run (before the e2e servers start): the
-default SmolLM2 checkpoint (`real_engine`), and the family-test checkpoint
-(`family_engine`, tests/integration/family_engine.py) that the family tests and the
-warm-models tests share. A start costs about a minute here: a module shares these
-rather than starting its own."""
+"""The real vLLM engines of the integration tests (tests/integration/engines.py), each
+started once for the whole package and shut down when its last test has run (before the
+e2e servers start): the default SmolLM2 checkpoint (`real_engine`), the family-test
+checkpoint (`family_engine`, tests/integration/family_engine.py) that the family tests
+and the warm-models tests share, and the vision tests' tiny model (`vision_engine`).
+Those the selected tests use start together the first time one is needed (`started`).
+A start costs about a minute here: a module shares these rather than starting its own."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
 
-from engine.checkpoint import DEFAULT_MODEL_NAME, default_model_dir, is_prepared
-from engine.vllm_backend.config import EngineConfig
 from engine.vllm_backend.engine import VLLMEngine
-from perf.harness.family_model import make_family_checkpoint
 from tests.client import AppClient, app_client
-from tests.integration.family_engine import ForcedOutputEngine, family_engine_config
+from tests.integration.engines import Started
+from tests.integration.family_engine import ForcedOutputEngine
 
 
 @pytest.fixture(scope="package")
-async def real_engine() -> AsyncIterator[VLLMEngine]:
-    model_dir = default_model_dir()
-    assert is_prepared(model_dir), "run `lilac-serve prepare-model` (make test does)"
-    engine = VLLMEngine(
-        EngineConfig(
-            model=str(model_dir),
-            served_names=(DEFAULT_MODEL_NAME,),
-            dtype="float32",
-            enforce_eager=True,
-            max_model_len=2048,
-        )
-    )
-    await engine.start()
+async def started(request: pytest.FixtureRequest) -> AsyncIterator[Started]:
+    engines = Started(request)
+    await engines.start()
+    yield engines
+    await engines.stop_left()
+
+
+@pytest.fixture(scope="package")
+async def real_engine(started: Started) -> AsyncIterator[VLLMEngine]:
+    engine = await started.take("real_engine")
     yield engine
     await engine.shutdown()
 
@@ -44,13 +41,15 @@ async def real_client(real_engine: VLLMEngine) -> AsyncIterator[AppClient]:
 
 
 @pytest.fixture(scope="package")
-async def family_engine(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ForcedOutputEngine]:
-    source = default_model_dir()
-    assert is_prepared(source), "run `lilac-serve prepare-model` (make test does)"
-    checkpoint = make_family_checkpoint(source, tmp_path_factory.mktemp("family") / "ckpt")
-    engine = ForcedOutputEngine(family_engine_config(checkpoint))
-    await engine.start()
+async def family_engine(started: Started) -> AsyncIterator[ForcedOutputEngine]:
+    engine = cast(ForcedOutputEngine, await started.take("family_engine"))
+    yield engine
+    await engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+async def vision_engine(started: Started) -> AsyncIterator[VLLMEngine]:
+    """Module-scoped: stopped (its memory given back) as soon as the vision tests end."""
+    engine = await started.take("vision_engine")
     yield engine
     await engine.shutdown()

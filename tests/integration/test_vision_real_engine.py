@@ -10,34 +10,13 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from engine.checkpoint import default_model_dir, is_prepared
-from engine.vllm_backend.engine import EngineConfig, VLLMEngine
+from engine.vllm_backend.engine import VLLMEngine
 from tests.client import app_client, stream_events
 from tests.images import ImageServer, Route, data_uri, gif_two_frames, image_server, png
-from tests.vision_model import IMAGE_PROMPT_TOKENS, build_tiny_vlm
+from tests.integration.engines import VISION_MODEL
+from tests.vision_model import IMAGE_PROMPT_TOKENS
 
-MODEL = "tiny-vlm"
-
-
-@pytest.fixture(scope="module")
-async def vision_engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VLLMEngine]:
-    assert is_prepared(default_model_dir()), "run `lilac-serve prepare-model` (make test does)"
-    model_dir = build_tiny_vlm(tmp_path_factory.mktemp("models") / MODEL, default_model_dir())
-    engine = VLLMEngine(
-        EngineConfig(
-            model=str(model_dir),
-            served_names=(MODEL,),
-            dtype="float32",
-            enforce_eager=True,
-            max_model_len=1024,
-            # No test here asks for a grammar: the warm-up (seconds) would buy nothing;
-            # the package's `real_engine` starts with it.
-            grammar_warmup=False,
-        )
-    )
-    await engine.start()
-    yield engine
-    await engine.shutdown()
+MODEL = VISION_MODEL
 
 
 @pytest.fixture(scope="module")

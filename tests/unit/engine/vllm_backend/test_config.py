@@ -122,3 +122,12 @@ def test_scheduler_limits_reach_vllm_only_when_set(tmp_path) -> None:
 def test_the_grammar_compile_limit_is_five_seconds_with_the_warm_up_on(tmp_path) -> None:
     config = EngineConfig(str(tmp_path), ("m",))
     assert config.grammar_compile_timeout_s == 5.0 and config.grammar_warmup
+
+
+def test_grammar_warmup_false_starts_the_engine_without_the_warm_up() -> None:
+    from app.served_models import build_engine
+    from app.settings_sources import parse_args
+
+    on = build_engine(parse_args([]))._config  # type: ignore[attr-defined]  # VLLMEngine's
+    off = build_engine(parse_args(["--grammar-warmup", "false"]))._config  # type: ignore[attr-defined]
+    assert on.grammar_warmup is True and off.grammar_warmup is False
