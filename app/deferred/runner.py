@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 from app.deferred.store import DeferredStore, Job, Line
 from app.deferred.work import Capacity, Cut, Handler, RunnerStats, Running
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("lilac.deferred")
 
@@ -111,11 +112,8 @@ class DeferredRunner:
 
     async def close(self) -> None:
         """Stop: every running line is cut and released for a later run (or replica)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.cut_all()
         for handler in self.handlers.values():
             close = getattr(handler, "close", None)  # a handler's own tasks, if it has any

@@ -34,6 +34,7 @@ import uuid
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.tasks import cancel_and_wait
 from app.tenancy.fleet_leases import (
     KeyLease,
     Lease,
@@ -226,11 +227,8 @@ class FleetLimiter:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="fleet-limits")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.store.leave(), self._round_timeout())
 

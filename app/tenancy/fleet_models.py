@@ -28,6 +28,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.schemas.models import ModelCard
+from app.tasks import cancel_and_wait
 from app.tenancy.schema import fleet_models
 from engine.warm.model import ModelState, WarmModel
 from engine.warm.pool import ModelPool
@@ -202,11 +203,8 @@ class FleetModels:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="fleet-models")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.leave(), max(1.0, self.interval_s))
 
