@@ -187,12 +187,12 @@ def _thread_stats(pid: int) -> dict[str, tuple[str, float, int, int]]:
 def _thread_delta(
     before: dict[str, tuple[str, float, int, int]], after: dict[str, tuple[str, float, int, int]]
 ) -> dict[str, list[float]]:
-    """CPU seconds and context switches per thread name over the run (threads of one
-    name summed; a thread that started during the run counts from zero)."""
+    """CPU seconds and context switches per thread (name and id) over the run (a thread
+    that started during the run counts from zero)."""
     out: dict[str, list[float]] = {}
     for tid, (name, cpu, voluntary, involuntary) in after.items():
         _, cpu0, voluntary0, involuntary0 = before.get(tid, (name, 0.0, 0, 0))
-        row = out.setdefault(name, [0.0, 0, 0])
+        row = out.setdefault(f"{name} {tid}", [0.0, 0, 0])
         row[0] = round(row[0] + cpu - cpu0, 3)
         row[1] += voluntary - voluntary0
         row[2] += involuntary - involuntary0
