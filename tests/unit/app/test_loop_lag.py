@@ -62,3 +62,38 @@ async def test_a_request_arriving_wakes_the_idle_sampler() -> None:
     assert _late_samples(registry) == 1
     monitor.ended()
     assert monitor.in_flight == 0
+
+
+def _lag_count(metrics: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(COUNT + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+async def test_the_app_samples_finely_while_a_request_streams() -> None:
+    from app.main import create_app
+    from app.settings import Settings
+    from engine.scripted import ScriptedEngine
+    from tests.client import AppClient, scratch_data_dir
+
+    app = create_app(
+        Settings(data_dir=scratch_data_dir()), engine=ScriptedEngine(token_delay_s=0.05)
+    )
+    body = {
+        "model": "scripted",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 16,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    async with app.lifespan(), AppClient(app, timeout=5.0) as http:
+        await asyncio.sleep(0.05)  # the sampler asleep for its idle second
+        before = _lag_count((await http.get("/metrics")).text)
+        response = await http.post("/v1/chat/completions", json=body)  # 0.8 s of tokens
+        assert response.status_code == 200
+        during = _lag_count((await http.get("/metrics")).text) - before
+        await asyncio.sleep(0.5)  # nothing in flight now
+        after = _lag_count((await http.get("/metrics")).text) - before - during
+    assert during >= 3  # ten a second while the stream ran, not one
+    assert after <= 2  # a second apart (a /metrics request is in flight briefly)
