@@ -117,7 +117,8 @@ class Result:
     requests: int
     tokens: int
     errors: int
-    server_cpu_s: float
+    server_cpu_s: float  # the worker's, its usage writer process's included
+    writer_cpu_s: float  # the usage writer process's share of it
     client_cpu_s: float
     tokens_per_s: float
     requests_per_s: float
@@ -137,10 +138,14 @@ def measure(
     me = psutil.Process()
     asyncio.run(drive(port, concurrency, tokens, stream, min(1.0, seconds)))  # warm-up
     usage0, threads0 = _usage_counts(port), _thread_stats(http.pid)
+    children0 = _children_cpu(http)
     cpu0, client0, t0 = cpu_seconds(http), cpu_seconds(me), time.perf_counter()
     tally = asyncio.run(drive(port, concurrency, tokens, stream, seconds))
     wall = time.perf_counter() - t0
     cpu, client = cpu_seconds(http) - cpu0, cpu_seconds(me) - client0
+    children = _children_cpu(http)
+    writer = sum(used - children0.get(pid, 0.0) for pid, used in children.items())
+    cpu += writer  # the usage writer's SQLite process works for the worker: counted
     threads, usage = _thread_delta(threads0, _thread_stats(http.pid)), _usage_counts(port)
     commits = usage[1] - usage0[1]
     return Result(
@@ -152,6 +157,7 @@ def measure(
         tokens=tally.tokens,
         errors=tally.errors,
         server_cpu_s=round(cpu, 2),
+        writer_cpu_s=round(writer, 3),
         client_cpu_s=round(client, 2),
         tokens_per_s=round(tally.tokens / wall),
         requests_per_s=round(tally.requests / wall, 1),
@@ -161,6 +167,18 @@ def measure(
         threads=threads,
         rows_per_commit=round((usage[0] - usage0[0]) / commits, 1) if commits else None,
     )
+
+
+def _children_cpu(http: psutil.Process) -> dict[int, float]:
+    """CPU seconds so far of each process the worker started (with --keys, the usage
+    writer's SQLite process)."""
+    out = {}
+    for child in http.children(recursive=True):
+        try:
+            out[child.pid] = cpu_seconds(child)
+        except psutil.NoSuchProcess:
+            continue
+    return out
 
 
 def _thread_stats(pid: int) -> dict[str, tuple[str, float, int, int]]:
@@ -241,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="serve with --auth keys (a SQLite keys database, limits and usage metering)",
     )
+    parser.add_argument(
+        "--only",
+        choices=("streamed", "non-streamed"),
+        help="measure one scenario (default: both, streamed first)",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     env = _keys_env() if args.keys else None
@@ -250,15 +273,19 @@ def main(argv: list[str] | None = None) -> int:
         server.wait_healthy(60)
         print(f"HTTP process: pid {server.http_process(granian=True).pid}", flush=True)
         results = [
-            measure(server, args.port, args.concurrency, args.tokens, True, args.duration),
-            measure(server, args.port, args.concurrency, args.short_tokens, False, args.duration),
+            measure(server, args.port, args.concurrency, tokens, stream, args.duration)
+            for stream, tokens in ((True, args.tokens), (False, args.short_tokens))
+            if args.only in (None, "streamed" if stream else "non-streamed")
         ]
     finally:
         server.stop()
     text = table(results)
     print(text)
     for r in results:
-        print(f"{r.scenario}: load {r.load_avg_1m}, rows per commit {r.rows_per_commit}")
+        print(
+            f"{r.scenario}: load {r.load_avg_1m}, rows per commit {r.rows_per_commit}, "
+            f"usage writer process {r.writer_cpu_s} s CPU (in the worker's figure)"
+        )
         for name, (cpu, voluntary, involuntary) in (r.threads or {}).items():
             print(
                 f"    {name}: {cpu} s CPU, {voluntary} voluntary / {involuntary} "
