@@ -19,7 +19,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.db import BUSY_TIMEOUT_MS, sqlite_path
+from app.tenancy.db import sqlite_path
+from app.tenancy.sqlite_pragmas import BUSY_TIMEOUT_MS
 from app.tenancy.usage_sqlite_process import SqliteProcess
 from app.tenancy.usage_sqlite_rows import ROWS_PER_STATEMENT, THREAD_NAME
 
@@ -49,6 +50,10 @@ class SqliteInserts:
     def pid(self) -> int | None:
         """The writer process's id while it runs (its CPU is the writer's)."""
         return self._process.pid
+
+    async def start(self) -> None:
+        """Start the process (else the first `insert` does)."""
+        await self._process.start()
 
     async def insert(self, rows: list[tuple[Any, ...]]) -> None:
         await self._process.insert(rows)

@@ -55,6 +55,10 @@ class SqliteProcess:
     def pid(self) -> int | None:
         return self._child.pid if self._child is not None else None
 
+    async def start(self) -> None:
+        async with self._lock:
+            await self._started()
+
     async def insert(self, rows: list[tuple[Any, ...]]) -> None:
         """Returns once the rows are committed; raises what SQLite raised. Shielded:
         a cancelled caller leaves the frame to finish, so the pipe stays in step."""

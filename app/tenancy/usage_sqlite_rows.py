@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.tenancy.db import sqlite_pragmas
+from app.tenancy.sqlite_pragmas import sqlite_pragmas
 from app.tenancy.usage import sqlite_insert
 
 # Rows in one INSERT (17 values each: well under SQLite's limit on a statement's values).
