@@ -71,7 +71,7 @@ def build_engine(
         family=settings.family,
         tool_parser=settings.tool_call_parser,
         enable_sleep_mode=on_gpu and (settings.release_memory or sleep_mode),
-        prometheus_stats=prometheus_stats,
+        prometheus_stats=prometheus_stats and settings.engine_metrics,
         grammar_compile_timeout_s=settings.grammar_compile_timeout,
         grammar_warmup=settings.grammar_warmup,
         max_num_batched_tokens=settings.max_num_batched_tokens,
@@ -108,8 +108,7 @@ def bind_cpu_threads(settings: Settings, engines: int) -> None:
 
 def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
     """The served models: `engine` alone (never sleeping), or one engine per model the
-    settings declare. The first keeps vLLM's `vllm:` series (another AsyncLLM with the
-    stat logger would unregister them)."""
+    settings declare, each with vLLM's `vllm:` series unless `--engine-metrics false`."""
     sleeper: Sleeper = VLLMSleeper() if settings.on_gpu else PauseSleeper()
     wakes = settings.max_wakes_per_minute if settings.max_wakes_per_minute > 0 else None
     pool = ModelPool(
@@ -127,7 +126,7 @@ def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
             engine_settings(settings, spec),
             sleep_mode=len(specs) > 1,
             engines=len(specs),
-            prometheus_stats=True,  # every model's `vllm:` series, labelled model_name
+            prometheus_stats=settings.engine_metrics,  # each model's, labelled model_name
         )
         keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive
         pool.add(model_engine, WarmConfig(keep_alive, spec.memory_gib, spec.pinned))
