@@ -140,3 +140,23 @@ async def test_the_writer_commits_through_the_process_and_its_close_ends_it(
         assert not writer.spool.exists()
     finally:
         await database.dispose()
+
+
+async def test_the_writer_starts_its_process_before_the_first_record(
+    path: Path, tmp_path: Path
+) -> None:
+    """The first request does not wait for the process to start."""
+    database = await open_database(f"sqlite:///{path}")
+    writer = UsageWriter(database, tmp_path / "usage-spool.jsonl")
+    try:
+        writer.start()
+        for _ in range(500):  # the spawn, awaited by the writer's task
+            direct = writer._direct
+            if direct is not None and direct.pid is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert writer._direct is not None and writer._direct.pid is not None
+        assert committed(path) == []  # nothing written yet
+    finally:
+        await writer.close()
+        await database.dispose()
