@@ -36,6 +36,17 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
     ] = ()
     host: Annotated[str, Flag("address to listen on")] = "127.0.0.1"
     port: Annotated[int, Flag("port to listen on")] = 8000
+    api_server_count: Annotated[
+        int,
+        Flag(
+            "frontend processes sharing one engine core, as `vllm serve`'s: each answers "
+            "HTTP, and vLLM's output processing is spread over them (for a GPU that makes "
+            "more tokens than one core can frame). Over 1: admission's budgets are split "
+            "between them; one model, `--gpu-probe none`, and with `--auth keys` a "
+            "PostgreSQL `--database-url`; `/metrics` answers for the process that serves "
+            "the scrape (docs: Frontend capacity)"
+        ),
+    ] = 1
     max_model_len: Annotated[
         int | None, Flag("context length in tokens", default_doc="the model's")
     ] = None

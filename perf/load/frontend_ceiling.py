@@ -4,10 +4,14 @@ The engine yields its tokens instantly. Reports streamed tokens/s and requests/s
 wall second and per CPU second of the HTTP process (= per core it keeps busy).
 
     python -m perf frontend-ceiling [--concurrency 64] [--tokens 256] [--duration 10]
+        [--keys] [--workers N]
 
 The load client is this process: raw HTTP/1.1 over asyncio streams with keep-alive, about
 the cheapest client there is, so that on a small machine the server stays the bottleneck.
-The server is `python -m perf scripted-app` (granian, one worker, uvloop).
+The server is `python -m perf scripted-app` (granian, one worker, uvloop). With
+`--workers N` it runs N granian workers, each with its own scripted engine; the CPU is
+summed over them, and "per core" is per CPU second of all of them together (what one
+process gives per core it keeps busy), beside each worker's own share of the CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -109,6 +114,7 @@ async def drive(port: int, concurrency: int, tokens: int, stream: bool, seconds:
 @dataclass
 class Result:
     scenario: str
+    workers: int
     concurrency: int
     tokens_per_request: int
     wall_s: float
@@ -121,20 +127,25 @@ class Result:
     requests_per_s: float
     tokens_per_cpu_s: float
     requests_per_cpu_s: float
+    worker_cpu_s: list[float]  # each worker's own CPU seconds
+    load_1m: float  # the machine's load average when the run ended
 
 
 def measure(
     server: Server, port: int, concurrency: int, tokens: int, stream: bool, seconds: float
 ) -> Result:
-    http = server.http_process(granian=True)
+    workers = server.http_processes()
     me = psutil.Process()
     asyncio.run(drive(port, concurrency, tokens, stream, min(1.0, seconds)))  # warm-up
-    cpu0, client0, t0 = cpu_seconds(http), cpu_seconds(me), time.perf_counter()
+    before = [cpu_seconds(worker) for worker in workers]
+    client0, t0 = cpu_seconds(me), time.perf_counter()
     tally = asyncio.run(drive(port, concurrency, tokens, stream, seconds))
     wall = time.perf_counter() - t0
-    cpu, client = cpu_seconds(http) - cpu0, cpu_seconds(me) - client0
+    each = [cpu_seconds(worker) - start for worker, start in zip(workers, before, strict=True)]
+    cpu, client = sum(each), cpu_seconds(me) - client0
     return Result(
         scenario="streamed" if stream else "non-streamed",
+        workers=len(workers),
         concurrency=concurrency,
         tokens_per_request=tokens,
         wall_s=round(wall, 2),
@@ -147,20 +158,24 @@ def measure(
         requests_per_s=round(tally.requests / wall, 1),
         tokens_per_cpu_s=round(tally.tokens / cpu) if cpu else 0,
         requests_per_cpu_s=round(tally.requests / cpu, 1) if cpu else 0,
+        worker_cpu_s=[round(value, 2) for value in each],
+        load_1m=round(os.getloadavg()[0], 2),
     )
 
 
 def table(results: list[Result]) -> str:
     lines = [
-        "| scenario | conc. | tokens/req | tokens/s | req/s | HTTP-process CPU s | "
-        "tokens/s per core | req/s per core | client CPU s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| scenario | workers | conc. | tokens/req | tokens/s | req/s | HTTP-process CPU s "
+        "(each) | tokens/s per core | req/s per core | client CPU s | load |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
+        each = " + ".join(str(value) for value in r.worker_cpu_s)
         lines.append(
-            f"| {r.scenario} | {r.concurrency} | {r.tokens_per_request} | {r.tokens_per_s:,} | "
-            f"{r.requests_per_s:,} | {r.server_cpu_s} / {r.wall_s} s | "
-            f"{r.tokens_per_cpu_s:,} | {r.requests_per_cpu_s:,} | {r.client_cpu_s} |"
+            f"| {r.scenario} | {r.workers} | {r.concurrency} | {r.tokens_per_request} | "
+            f"{r.tokens_per_s:,} | {r.requests_per_s:,} | {r.server_cpu_s} ({each}) / "
+            f"{r.wall_s} s | {r.tokens_per_cpu_s:,} | {r.requests_per_cpu_s:,} | "
+            f"{r.client_cpu_s} | {r.load_1m} |"
         )
     return "\n".join(lines)
 
@@ -178,14 +193,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="serve with --auth keys (a SQLite keys database, limits and usage metering)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="granian worker processes, each with its own scripted engine",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     env = _keys_env() if args.keys else None
-    argv = scripted_argv(args.port, "create", *args.granian_opt)
+    argv = scripted_argv(args.port, "create", *args.granian_opt, workers=args.workers)
     server = Server(argv, OUT / "frontend_server.log", port=args.port, env=env)
     try:
         server.wait_healthy(60)
-        print(f"HTTP process: pid {server.http_process(granian=True).pid}", flush=True)
+        _wait_for_workers(server, args.workers)
+        pids = ", ".join(str(worker.pid) for worker in server.http_processes())
+        print(f"HTTP processes: pid {pids}", flush=True)
         results = [
             measure(server, args.port, args.concurrency, args.tokens, True, args.duration),
             measure(server, args.port, args.concurrency, args.short_tokens, False, args.duration),
@@ -197,6 +220,15 @@ def main(argv: list[str] | None = None) -> int:
     (OUT / "frontend_ceiling.md").write_text(text + "\n")
     (OUT / "frontend_ceiling.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     return 0 if all(r.errors == 0 for r in results) else 1
+
+
+def _wait_for_workers(server: Server, workers: int, timeout_s: float = 60.0) -> None:
+    """Until every worker answers: the first to start answers /health before the
+    others have built their app."""
+    deadline = time.monotonic() + timeout_s
+    while len(server.http_processes()) < workers and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)  # each worker's app builds in well under a second once spawned
 
 
 def _keys_env() -> dict[str, str]:
