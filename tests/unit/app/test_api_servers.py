@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,6 +64,7 @@ def test_a_killed_workers_slot_is_claimed_by_the_next(tmp_path: Path) -> None:
     drops the lock with the process, and a worker started again takes that index."""
     first, a = holder(tmp_path, 2)
     second, b = holder(tmp_path, 2)
+    assert a != b
     try:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -83,8 +85,6 @@ def test_a_worker_started_again_waits_for_the_one_it_replaces(tmp_path: Path) ->
         def stop_later() -> None:
             time.sleep(0.5)
             first.kill()
-
-        import threading
 
         threading.Thread(target=stop_later).start()
         slot = claim_slot(tmp_path, 1, timeout_s=10)
