@@ -27,6 +27,7 @@ from app.api_servers import ENV, SharedEngine
 from app.settings import Settings
 
 log = logging.getLogger("lilac.app")
+ENGINE_START_FAILED_EXIT_CODE = 3  # as a single process's worker exits (app.main)
 
 
 @contextlib.contextmanager
@@ -48,7 +49,7 @@ def _stop_on_sigterm() -> Iterator[None]:
 def serve_shared(settings: Settings, granian: Callable[[int], Any]) -> int:
     """Launch the engine core for `settings.api_server_count` frontends, then serve with
     `granian(workers)` (a `Granian` server, not yet started) until it stops."""
-    from app.main import ENGINE_DEAD_EXIT_CODE
+    from app.main import ENGINE_DEAD_EXIT_CODE, root_cause
     from app.model_specs import engine_settings, model_specs
     from app.served_models import engine_config
     from engine.vllm_backend.shared_core import SharedCore
@@ -60,7 +61,12 @@ def serve_shared(settings: Settings, granian: Callable[[int], Any]) -> int:
     try:
         with _stop_on_sigterm():
             log.info("starting the engine core for %d frontend processes", count)
-            core = SharedCore.launch(config, count)
+            try:
+                core = SharedCore.launch(config, count)
+            except Exception as exc:
+                log.error("engine failed to start: %s; exiting", root_cause(exc))
+                log.debug("engine start traceback", exc_info=exc)
+                return ENGINE_START_FAILED_EXIT_CODE
         log.info("engine core ready (pid %s)", ", ".join(map(str, core.pids())))
         frontend = core.frontend
         shared = SharedEngine(

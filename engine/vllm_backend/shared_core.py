@@ -57,9 +57,15 @@ class SharedCore:
         executor_class = Executor.get_class(vllm_config)
         # The engine core's own statistics feed the frontends' `vllm:` series.
         log_stats = config.prometheus_stats
-        with launch_core_engines(vllm_config, executor_class, log_stats, addresses) as launched:
-            manager = launched.engine_manager
-            coordinator = launched.coordinator
+        manager: Any = None
+        try:
+            with launch_core_engines(vllm_config, executor_class, log_stats, addresses) as launched:
+                manager = launched.engine_manager
+                coordinator = launched.coordinator
+        except BaseException:  # it failed to load, or SIGTERM came meanwhile
+            if manager is not None:
+                manager.shutdown()
+            raise
         stats = coordinator.get_stats_publish_address() if coordinator is not None else None
         frontend = Frontend(tuple(bind.inputs), tuple(bind.outputs), 0, stats)
         return cls(manager, frontend)
