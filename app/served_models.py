@@ -75,6 +75,7 @@ def engine_config(
     on_gpu = settings.on_gpu
     if not on_gpu:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kv_cache_gib(settings, model_path, engines))
+        bind_cpu_threads(settings, engines)
     if os.path.isdir(model_path):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     config = EngineConfig(
@@ -118,6 +119,17 @@ def cpu_kv_cache_gib(settings: Settings, model_path: str, engines: int = 1) -> i
         return int(already)
     weights = machine.weights_bytes(model_path)
     return machine.cpu_kv_cache_gib(machine.probe(), weights, engines)
+
+
+def bind_cpu_threads(settings: Settings, engines: int) -> None:
+    """Every core to the model's threads on a small box, unless the user set the binding
+    (engine/machine.py says why)."""
+    from engine import machine
+
+    workers = settings.tensor_parallel_size * settings.pipeline_parallel_size
+    bind = machine.cpu_threads_bind(machine.probe(), workers, engines)
+    if bind is not None:
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
 
 
 def build_pool(

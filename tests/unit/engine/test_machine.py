@@ -10,7 +10,7 @@ import pytest
 from app.served_models import cpu_kv_cache_gib as served_kv_cache_gib
 from app.settings import Settings
 from engine import machine
-from engine.machine import GIB, Machine, cpu_kv_cache_gib, weights_bytes
+from engine.machine import GIB, Machine, cpu_kv_cache_gib, cpu_threads_bind, weights_bytes
 
 
 def test_half_of_what_is_left_after_weights_and_margin() -> None:
@@ -63,3 +63,35 @@ def test_a_pool_of_engines_splits_the_share() -> None:
     assert one == 6  # (16 - 2.4) / 2
     assert three == 2  # the same share, split three ways
     assert 3 * three <= one
+
+
+def test_one_engine_on_a_small_box_binds_every_core() -> None:
+    two = Machine(cores=2, total_bytes=8 * GIB, available_bytes=4 * GIB, cpu_ids=(0, 1))
+    assert cpu_threads_bind(two, workers=1, engines=1) == "0,1"
+    pinned = Machine(cores=1, total_bytes=8 * GIB, available_bytes=4 * GIB, cpu_ids=(3,))
+    assert cpu_threads_bind(pinned, workers=1, engines=1) == "3"
+
+
+def test_larger_boxes_pools_and_split_models_keep_vllms_auto() -> None:
+    eight = tuple(range(8))
+    big = Machine(cores=8, total_bytes=64 * GIB, available_bytes=60 * GIB, cpu_ids=eight)
+    assert cpu_threads_bind(big, workers=1, engines=1) is None
+    two = Machine(cores=2, total_bytes=8 * GIB, available_bytes=4 * GIB, cpu_ids=(0, 1))
+    assert cpu_threads_bind(two, workers=1, engines=2) is None
+    assert cpu_threads_bind(two, workers=2, engines=1) is None
+
+
+def test_the_users_binding_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.served_models import bind_cpu_threads
+
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    monkeypatch.setattr(
+        machine,
+        "probe",
+        lambda: Machine(cores=2, total_bytes=8 * GIB, available_bytes=4 * GIB, cpu_ids=(0, 1)),
+    )
+    bind_cpu_threads(Settings(), engines=1)
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND")
+    bind_cpu_threads(Settings(), engines=1)
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
