@@ -71,6 +71,7 @@ from app.uploads import FileLimits
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
+from engine.ticks import sleep_to_tick
 from engine.warm.host import PoolHost
 from engine.warm.pool import ModelPool
 
@@ -206,7 +207,10 @@ def create_app(
     )
     # Outermost, around routing and the exception handlers: every response has an id.
     app.asgi_handler = RequestObserver(
-        app.asgi_handler, [route.path for route in app.routes], server_metrics.observe_http
+        app.asgi_handler,
+        [route.path for route in app.routes],
+        server_metrics.observe_http,
+        loop_lag,  # samples finely while requests are in flight
     )
     return app
 
@@ -267,9 +271,10 @@ def _drain_on_sigterm(admission: AdmissionController) -> None:
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
 
 
-# How often the server checks that the engine is alive, and how long requests in flight
-# get to send their error (a 500, or an SSE error event and [DONE]) before it exits.
-ENGINE_WATCH_INTERVAL_S = 0.5
+# How often the server checks that the engine is alive (on the loop clock's grid of the
+# periodic work, engine.ticks), and how long requests in flight get to send their error (a
+# 500, or an SSE error event and [DONE]) before it exits.
+ENGINE_WATCH_INTERVAL_S = 1.0
 ENGINE_DEATH_LINGER_S = 2.0
 ENGINE_DEAD_EXIT_CODE = 4
 
@@ -279,7 +284,7 @@ async def _exit_when_engine_dies(engine: ModelHost) -> None:
     non-zero within seconds, so that a supervisor (systemd `Restart=on-failure`, a
     container runtime) starts a fresh server. Until then /health answers 503 saying why."""
     while True:
-        await asyncio.sleep(ENGINE_WATCH_INTERVAL_S)
+        await sleep_to_tick(ENGINE_WATCH_INTERVAL_S)
         failure = engine.failure()
         if failure is not None:
             break

@@ -14,10 +14,10 @@ leaves to the engine core's scheduler and the frontend (`VLLM_CPU_OMP_THREADS_BI
 auto`). On a box of one or two cores that leaves the model half the machine: on the
 2-core machine of perf/RESULTS.md, binding the worker to both cores gave 1.43x and
 1.60x `vllm serve`'s tokens per second (which keeps `auto`) at c=16 and 1.66x at c=64,
-with TTFT p50 at 0.37-0.51x, on a quiet machine. So one engine on such a box gets every core; a larger
-box, a pool of several engines and a model split over several workers keep `auto`
-(not measured). The variable is vLLM's to read, so a value the user set is always
-what it uses.
+with TTFT p50 at 0.37-0.51x, on a quiet machine. So one engine on such a box gets
+every core; a larger box, a pool of several engines and a model split over several
+workers keep `auto` (not measured). The variable is vLLM's to read, so a value the
+user set is always what it uses.
 """
 
 from __future__ import annotations

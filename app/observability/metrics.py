@@ -151,6 +151,8 @@ class UsageWriterCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         for name, documentation, value in (
             ("lilac_usage_written", "Usage records committed", self._writer.written),
+            ("lilac_usage_commits", "Group commits of usage records (each one or more records)",
+             self._writer.commits),
             ("lilac_usage_spooled", "Usage records spooled while the database was down",
              self._writer.spooled),
             ("lilac_usage_dead_letter", "Usage records the database refused, set aside",
@@ -161,6 +163,7 @@ class UsageWriterCollector(Collector):
 
 class UsageCounts(Protocol):
     written: int
+    commits: int
     spooled: int
     dead_lettered: int
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -28,16 +28,35 @@ _HEADER_BYTES = HEADER.encode()
 QUIET_PATHS = frozenset({"/health", "/health/live", "/metrics"})
 
 
+class Activity(Protocol):
+    """Told when each HTTP request starts and ends (the loop-lag sampler, which samples
+    finely only while requests are in flight)."""
+
+    def started(self) -> None: ...
+
+    def ended(self) -> None: ...
+
+
+class _Nobody:
+    def started(self) -> None:
+        return None
+
+    def ended(self) -> None:
+        return None
+
+
 class RequestObserver:
     def __init__(
         self,
         app: ASGIApp,
         routes: Collection[str],
         observe_http: Callable[[str, str, int, float], None],
+        activity: Activity | None = None,
     ) -> None:
         self._app = app
         self._routes = frozenset(routes)
         self._observe_http = observe_http
+        self._activity = activity or _Nobody()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,9 +82,12 @@ class RequestObserver:
             await send(message)
 
         token = open_record(record)
+        activity = self._activity
+        activity.started()
         try:
             await self._app(scope, receive, send_observed)
         finally:
+            activity.ended()
             if not finished:  # the client went away, or nothing was sent
                 record.outcome = record.outcome or "client_disconnected"
                 record.status = record.status or 499  # nginx's "client closed request"

@@ -10,7 +10,6 @@ the newest row alone, before any body is read.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from app.storage.database import TenantDatabase
 from app.storage.response_events import response_events
 from app.storage.responses_schema import OWNER_CHARS, RESPONSE_ID_CHARS, stored_responses
 from app.tenancy.db import DatabaseError
+from engine.ticks import sleep_to_tick
 
 __all__ = [
     "ChainTooLong",
@@ -307,7 +307,7 @@ class ResponseStore:
                         log.info("purged %d expired stored responses", purged)
                 except Exception as exc:  # the database may be down: try again later
                     log.warning("purging expired stored responses failed: %s", exc)
-            await asyncio.sleep(interval_s)
+            await sleep_to_tick(interval_s)  # on the grid of the periodic work
 
     async def _readable(self, response_id: str, param: str | None = None) -> AsyncEngine:
         """The database, to read what it holds: where none was made yet it holds nothing,

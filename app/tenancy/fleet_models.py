@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.schemas.models import ModelCard
 from app.tasks import cancel_and_wait
 from app.tenancy.schema import fleet_models
+from engine.ticks import sleep_to_tick
 from engine.warm.model import ModelState, WarmModel
 from engine.warm.pool import ModelPool
 
@@ -210,7 +211,7 @@ class FleetModels:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
+            await sleep_to_tick(self.interval_s)  # on the grid of the periodic work
             await self._beat_logged()
 
     async def _beat_logged(self) -> None:

@@ -48,6 +48,7 @@ from app.tenancy.schema import REASON_CHARS, usage, usage_dead_letter, usage_ref
 from app.tenancy.usage import SQLITE_INSERT, UsageRecord, _line, _parse, _row, _values, day_of
 from app.tenancy.usage_spool import UsageSpool
 from app.tenancy.usage_sqlite import SqliteInserts, direct_path
+from engine.ticks import tick_delay
 
 log = logging.getLogger("lilac.usage")
 
@@ -72,15 +73,18 @@ class UsageWriter:
         self._refusals: dict[RefusalKey, int] = {}
         # Which metered requests run and when rows came: when a group commit starts.
         self.window = CommitWindow()
-        # The writer task sleeps on `_wakeup` (a future and a timer: cheaper than an
-        # Event under `wait_for`, which makes a task each time); `_woken` notes a wake
-        # that came while it was busy.
+        # The writer task sleeps on `_wakeup` (a future, cheaper than an Event under
+        # `wait_for`, which makes a task each time), with `_retry` a timer on it only
+        # while the spool or the refusal counts wait; `_woken` notes a wake that came
+        # while it was busy.
         self._wakeup: asyncio.Future[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
         self._woken = False
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.db_ok = True
         self.written = 0
+        self.commits = 0  # group commits of new records (`written` / `commits`: rows each)
         self.spooled = 0
         self.dead_lettered = 0
         self._touched: dict[str, float] = {}  # key id -> created_at last written
@@ -118,6 +122,8 @@ class UsageWriter:
         slot = (key_id, minute, reason[:REASON_CHARS])
         self._refusals[slot] = self._refusals.get(slot, 0) + 1
         self.start()
+        if self._wakeup is not None and self._retry is None:  # asleep without a timer
+            self._retry = _retry_timer(self._wakeup)
 
     async def close(self) -> None:
         """Write everything queued (SIGTERM, shutdown); then stop."""
@@ -138,16 +144,20 @@ class UsageWriter:
             wakeup.set_result(None)
 
     async def _sleep(self) -> None:
-        """Until a record or refusal comes (or `close`), at most `RETRY_S`: the spool and
-        the refusal counts are looked at each second."""
+        """Until a record comes (or `close`). While the spool holds records or refusals
+        are counted, at most until the next tick of `RETRY_S` (once a second, on the
+        loop clock's grid of the periodic work: engine.ticks); with neither, no timer
+        wakes the process."""
         if not self._woken:
-            loop = asyncio.get_running_loop()
-            wakeup = self._wakeup = loop.create_future()
-            timer = loop.call_later(RETRY_S, _resolve, wakeup)
+            wakeup = self._wakeup = asyncio.get_running_loop().create_future()
+            if self._refusals or self._spool.has_records():
+                self._retry = _retry_timer(wakeup)
             try:
                 await wakeup
             finally:
-                timer.cancel()
+                if self._retry is not None:
+                    self._retry.cancel()
+                    self._retry = None
                 self._wakeup = None
         self._woken = False
 
@@ -172,6 +182,7 @@ class UsageWriter:
         self.window.taken()
         try:
             unwritten = await self._commit([record for record, _ in batch])
+            self.commits += 1
             if unwritten:
                 self._spool.append(unwritten)
                 self.spooled += len(unwritten)
@@ -367,6 +378,11 @@ class UsageWriter:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _retry_timer(wakeup: asyncio.Future[None]) -> asyncio.TimerHandle:
+    """A timer that ends the writer's sleep at the next tick of `RETRY_S`."""
+    return asyncio.get_running_loop().call_later(tick_delay(RETRY_S), _resolve, wakeup)
 
 
 def _fault(exc: BaseException) -> str | None:

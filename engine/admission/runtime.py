@@ -41,6 +41,7 @@ from engine.admission.waiters import Waiters
 from engine.checks import require_ready
 from engine.errors import AdmissionRejected, Drained
 from engine.protocol import GenerateRequest, ModelHost, ModelInfo
+from engine.ticks import sleep_to_tick
 
 log = logging.getLogger("lilac.admission")
 
@@ -168,7 +169,7 @@ class AdmissionController:
                 await self.observe(await self._sample())
             except Exception:
                 log.exception("admission step failed")
-            await asyncio.sleep(self.policy.probe_interval_s)
+            await sleep_to_tick(self.policy.probe_interval_s)  # the shared grid
 
     async def _sample(self) -> GpuSample:
         try:

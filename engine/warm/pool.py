@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from engine.errors import ModelStateConflict, ModelWakeFailed
 from engine.protocol import Engine
+from engine.ticks import sleep_to_tick
 from engine.warm.elsewhere import AwakeElsewhereFirst
 from engine.warm.model import ModelState, WarmConfig, WarmModel
 from engine.warm.sleeper import Sleeper
@@ -295,7 +296,7 @@ class ModelPool:
 
     async def _idle_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._idle_check_interval())
+            await sleep_to_tick(self._idle_check_interval())  # the shared grid
             await self._sleep_idle_logged()
 
     def _idle_check_interval(self) -> float:

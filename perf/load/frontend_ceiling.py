@@ -23,6 +23,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
+import httpx
 import psutil
 
 from perf.harness.results import output
@@ -128,7 +129,12 @@ class Result:
     tokens_per_cpu_s: float
     requests_per_cpu_s: float
     worker_cpu_s: list[float]  # each worker's own CPU seconds
-    load_1m: float  # the machine's load average when the run ended
+    load_avg_1m: float = 0.0
+    # Per thread of the worker (by name): CPU seconds, voluntary and involuntary
+    # context switches over the run; with --keys, usage rows per group commit (one
+    # worker only: /metrics answers for the worker that takes the scrape).
+    threads: dict[str, list[float]] | None = None
+    rows_per_commit: float | None = None
 
 
 def measure(
@@ -137,12 +143,22 @@ def measure(
     workers = server.http_processes()
     me = psutil.Process()
     asyncio.run(drive(port, concurrency, tokens, stream, min(1.0, seconds)))  # warm-up
+    one = len(workers) == 1
+    usage0 = _usage_counts(port) if one else (0.0, 0.0)
+    threads0 = [_thread_stats(worker.pid) for worker in workers]
     before = [cpu_seconds(worker) for worker in workers]
     client0, t0 = cpu_seconds(me), time.perf_counter()
     tally = asyncio.run(drive(port, concurrency, tokens, stream, seconds))
     wall = time.perf_counter() - t0
     each = [cpu_seconds(worker) - start for worker, start in zip(workers, before, strict=True)]
     cpu, client = sum(each), cpu_seconds(me) - client0
+    threads: dict[str, list[float]] = {}
+    for index, (worker, start) in enumerate(zip(workers, threads0, strict=True)):
+        prefix = "" if one else f"worker-{index + 1} "
+        for name, row in _thread_delta(start, _thread_stats(worker.pid)).items():
+            threads[prefix + name] = row
+    usage = _usage_counts(port) if one else (0.0, 0.0)
+    commits = usage[1] - usage0[1]
     return Result(
         scenario="streamed" if stream else "non-streamed",
         workers=len(workers),
@@ -159,8 +175,60 @@ def measure(
         tokens_per_cpu_s=round(tally.tokens / cpu) if cpu else 0,
         requests_per_cpu_s=round(tally.requests / cpu, 1) if cpu else 0,
         worker_cpu_s=[round(value, 2) for value in each],
-        load_1m=round(os.getloadavg()[0], 2),
+        load_avg_1m=round(os.getloadavg()[0], 2),
+        threads=threads,
+        rows_per_commit=round((usage[0] - usage0[0]) / commits, 1) if commits else None,
     )
+
+
+def _thread_stats(pid: int) -> dict[str, tuple[str, float, int, int]]:
+    """Per thread id: its name, CPU seconds (schedstat), voluntary and involuntary
+    context switches."""
+    stats = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/status") as file:
+                status = file.read()
+            with open(f"{base}/schedstat") as file:
+                cpu = int(file.read().split()[0]) / 1e9
+            with open(f"{base}/comm") as file:
+                name = file.read().strip()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        voluntary = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+        involuntary = int(status.split("\nnonvoluntary_ctxt_switches:")[1].split()[0])
+        stats[tid] = (name, cpu, voluntary, involuntary)
+    return stats
+
+
+def _thread_delta(
+    before: dict[str, tuple[str, float, int, int]], after: dict[str, tuple[str, float, int, int]]
+) -> dict[str, list[float]]:
+    """CPU seconds and context switches per thread (name and id) over the run (a thread
+    that started during the run counts from zero)."""
+    out: dict[str, list[float]] = {}
+    for tid, (name, cpu, voluntary, involuntary) in after.items():
+        _, cpu0, voluntary0, involuntary0 = before.get(tid, (name, 0.0, 0, 0))
+        row = out.setdefault(f"{name} {tid}", [0.0, 0, 0])
+        row[0] = round(row[0] + cpu - cpu0, 3)
+        row[1] += voluntary - voluntary0
+        row[2] += involuntary - involuntary0
+    return {name: row for name, row in out.items() if row[0] > 0.001 or row[1]}
+
+
+def _usage_counts(port: int) -> tuple[float, float]:
+    """Usage rows written and group commits so far (0, 0 without keys)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return 0.0, 0.0
+    values = {"lilac_usage_written_total": 0.0, "lilac_usage_commits_total": 0.0}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in values:
+            values[name] = float(value)
+    return values["lilac_usage_written_total"], values["lilac_usage_commits_total"]
 
 
 def table(results: list[Result]) -> str:
@@ -175,7 +243,7 @@ def table(results: list[Result]) -> str:
             f"| {r.scenario} | {r.workers} | {r.concurrency} | {r.tokens_per_request} | "
             f"{r.tokens_per_s:,} | {r.requests_per_s:,} | {r.server_cpu_s} ({each}) / "
             f"{r.wall_s} s | {r.tokens_per_cpu_s:,} | {r.requests_per_cpu_s:,} | "
-            f"{r.client_cpu_s} | {r.load_1m} |"
+            f"{r.client_cpu_s} | {r.load_avg_1m} |"
         )
     return "\n".join(lines)
 
@@ -217,6 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
     text = table(results)
     print(text)
+    for r in results:
+        print(f"{r.scenario}: load {r.load_avg_1m}, rows per commit {r.rows_per_commit}")
+        for name, (cpu, voluntary, involuntary) in (r.threads or {}).items():
+            print(
+                f"    {name}: {cpu} s CPU, {voluntary} voluntary / {involuntary} "
+                "involuntary switches"
+            )
     (OUT / "frontend_ceiling.md").write_text(text + "\n")
     (OUT / "frontend_ceiling.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     return 0 if all(r.errors == 0 for r in results) else 1
