@@ -54,13 +54,18 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update && apt-get install -y --no-install-recommends postgresql-15)
 
-# The tests that start no engine (tests/unit, tests/docs) run on one pytest-xdist worker
+# The tests that start no real engine (tests/unit, tests/docs, and the e2e modules whose
+# servers run the scripted engine or that build the wheel) run on one pytest-xdist worker
 # per core (`--dist load`: xdist's by-file and by-scope modes key tests by node id and
-# would run schemathesis' operations, which share one, only once); then the engine and server tests run in one
-# process, where each engine start wants both cores. Both phases run whatever the first
-# gives; PYTEST_ARGS runs what it names, in one process.
+# would run schemathesis' operations, which share one, only once); then the real-engine
+# and real-server tests run in one process, where each engine start wants both cores.
+# Both phases run whatever the first gives; PYTEST_ARGS runs what it names, in one process.
 TEST_WORKERS ?= 2
-PARALLEL_TESTS := tests/unit tests/docs
+# test_model_routing.py stays in the second run: it times a killed replica's expiry in
+# heartbeats, which a busy worker beside it would stretch.
+SCRIPTED_E2E := $(addprefix tests/e2e/,test_fleet.py test_fleet_limits.py \
+	test_sigterm_drain.py test_packaging.py)
+PARALLEL_TESTS := tests/unit tests/docs $(SCRIPTED_E2E)
 
 test: model lint postgres
 ifeq ($(strip $(PYTEST_ARGS)),)

@@ -20,9 +20,9 @@ group and, when that fails, row by row (a spooled dead letter is set aside as ab
 line that does not parse too); only rows still unwritten stay in the spool.
 `request_id` is unique, so a record spooled twice is written once.
 
-Refused requests (nothing generated: rate limited, queue full, unknown model, a bad
-request) are not rows: `refuse` counts them per key, minute and reason in memory and
-the writer adds the counts to `usage_refusals` each second.
+Refused requests (nothing generated) are not rows: `refuse` counts them
+(app.tenancy.usage_refusals) and the writer adds the counts to `usage_refusals` each
+second.
 """
 
 from __future__ import annotations
@@ -30,22 +30,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import insert, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.commit_window import CommitWindow
 from app.tenancy.keys import KeyStore
-from app.tenancy.schema import REASON_CHARS, usage, usage_dead_letter, usage_refusals
-from app.tenancy.usage import SQLITE_INSERT, UsageRecord, _line, _parse, _row, _values, day_of
+from app.tenancy.schema import usage, usage_dead_letter
+from app.tenancy.usage import SQLITE_INSERT, UsageRecord, _line, _parse, _row, _values
+from app.tenancy.usage_faults import fault, reason
+from app.tenancy.usage_refusals import RefusalCounts
 from app.tenancy.usage_spool import UsageSpool
 from app.tenancy.usage_sqlite import SqliteInserts, direct_path
 from engine.ticks import tick_delay
@@ -56,8 +53,6 @@ RETRY_S = 1.0
 # A key's `last_used_at` is written at most this often: a transaction of its own per
 # batch would double the commits for a field `keys list` shows to the minute.
 TOUCH_EVERY_S = 30.0
-
-RefusalKey = tuple[str, float, str]  # key id, minute (Unix seconds), reason
 
 
 class UsageWriter:
@@ -70,7 +65,7 @@ class UsageWriter:
         self.dead_letter_file = self._spool.dead_letter_file
         self._keys = keys
         self._pending: list[tuple[UsageRecord, asyncio.Future[None] | None]] = []
-        self._refusals: dict[RefusalKey, int] = {}
+        self._refusals = RefusalCounts()
         # Which metered requests run and when rows came: when a group commit starts.
         self.window = CommitWindow()
         # The writer task sleeps on `_wakeup` (a future, cheaper than an Event under
@@ -118,9 +113,7 @@ class UsageWriter:
 
     def refuse(self, key_id: str, reason: str, at: float) -> None:
         """Count a request refused before generating (written within a second)."""
-        minute = float(int(at // 60) * 60)
-        slot = (key_id, minute, reason[:REASON_CHARS])
-        self._refusals[slot] = self._refusals.get(slot, 0) + 1
+        self._refusals.count(key_id, reason, at)
         self.start()
         if self._wakeup is not None and self._retry is None:  # asleep without a timer
             self._retry = _retry_timer(self._wakeup)
@@ -225,7 +218,7 @@ class UsageWriter:
                 if not await self._answers_despite(exc):
                     self._mark(False, exc)
                     return False
-                if attempt == 2 or _fault(exc) == "row":
+                if attempt == 2 or fault(exc) == "row":
                     await self._set_aside(record, exc)
                     return True
                 continue
@@ -237,9 +230,9 @@ class UsageWriter:
         """Whether the database answers after `exc`: a failure of the rows, not of the
         database. Known causes are taken at their word; otherwise the database is
         asked (`SELECT 1`)."""
-        fault = _fault(exc)
-        if fault is not None:
-            return fault == "row"
+        whose = fault(exc)
+        if whose is not None:
+            return whose == "row"
         try:
             async with self.database.connect() as conn:
                 await conn.execute(text("SELECT 1"))
@@ -290,23 +283,23 @@ class UsageWriter:
         try:
             await self._keys.touch(last_used)
         except Exception as exc:  # the records are committed; `last_used_at` can wait
-            log.warning("usage: could not update keys' last use (%s)", _reason(exc))
+            log.warning("usage: could not update keys' last use (%s)", reason(exc))
 
     async def _set_aside(self, record: UsageRecord, exc: BaseException) -> None:
         """A dead letter: the database answers but will not take this record."""
         self.dead_lettered += 1
-        reason = _reason(exc)
+        why = reason(exc)
         log.error(
             "usage: the database refused the record %.80r of key %s (%s); set aside in "
             "usage_dead_letter",
             record.request_id,
             record.key_id,
-            reason,
+            why,
         )
         values = {
             "request_id": str(record.request_id),
             "record": _line(record).rstrip("\n"),
-            "error": reason,
+            "error": why,
             "created_at": time.time(),
         }
         try:
@@ -346,25 +339,9 @@ class UsageWriter:
         self._spool.keep_dead_letter(entry)
 
     async def _flush_refusals(self) -> None:
-        counts, self._refusals = self._refusals, {}
-        rows = [
-            {"key_id": k, "minute": m, "reason": r, "day": day_of(m), "count": c}
-            for (k, m, r), c in counts.items()
-        ]
-        builder: Callable[..., Any] = (
-            pg_insert if self.database.dialect.name == "postgresql" else sqlite_insert
-        )
-        statement = builder(usage_refusals)
-        statement = statement.on_conflict_do_update(
-            index_elements=["key_id", "minute", "reason"],
-            set_={"count": usage_refusals.c.count + statement.excluded["count"]},
-        )
         try:
-            async with self.database.begin() as conn:
-                await conn.execute(statement, rows)
-        except Exception as exc:  # kept in memory (bounded: a slot per key, minute, reason)
-            for slot, count in counts.items():
-                self._refusals[slot] = self._refusals.get(slot, 0) + count
+            await self._refusals.flush(self.database)
+        except Exception as exc:  # kept in memory for the next flush
             self._mark(False, exc)
 
     def _mark(self, ok: bool, exc: BaseException | None = None) -> None:
@@ -383,24 +360,3 @@ def _resolve(future: asyncio.Future[None]) -> None:
 def _retry_timer(wakeup: asyncio.Future[None]) -> asyncio.TimerHandle:
     """A timer that ends the writer's sleep at the next tick of `RETRY_S`."""
     return asyncio.get_running_loop().call_later(tick_delay(RETRY_S), _resolve, wakeup)
-
-
-def _fault(exc: BaseException) -> str | None:
-    """Whose failure `exc` is: `row` (a value the database will not store), `database`
-    (it cannot be reached or is busy), or None (unknown: PostgreSQL's driver reports a
-    too-long string and a lost connection alike)."""
-    if isinstance(exc, IntegrityError | DataError | TypeError | ValueError | OverflowError):
-        return "row"
-    if isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError):  # the direct connection's
-        return "row"
-    if isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
-        return "database"  # SQLite's "database is locked" too: retried from the spool
-    if isinstance(exc, sqlite3.OperationalError | sqlite3.InterfaceError):
-        return "database"
-    return None
-
-
-def _reason(exc: BaseException) -> str:
-    original = getattr(exc, "orig", None) or exc
-    message = str(original).splitlines()[0] if str(original) else ""
-    return f"{type(original).__name__}: {message}"[:500]

@@ -8,8 +8,9 @@ shell environment, in order, and fail on any failing command or HTTP error).
 `127.0.0.1:8000` in a block is the test server's address: the session's e2e server
 (`--auth none` on loopback, its admin key in `LILAC_ADMIN_KEY`), except on the tenants
 page, whose server runs `--auth keys` over that page's own keys database, launched as
-soon as the page has made its key. Its blocks up to that one run first and the rest
-last, so that the server (a minute of one core) starts while the other pages run.
+soon as the page has made its key. Its blocks up to that one run first (this module
+runs first of tests/e2e) and the rest last, so that the server (a minute of one core)
+starts beside the shared servers and is up by the time the other pages have run.
 Blocks marked `<!-- not run: REASON -->` are left out; tests/docs/test_blocks.py holds
 every other block to the rules.
 
@@ -20,6 +21,7 @@ completion for the key, one usage row per call, and a revoked key refused with a
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -38,6 +40,13 @@ from tests.e2e.conftest import ADMIN_KEY
 DOCUMENTED_ADDRESSES = ("127.0.0.1:8000", "localhost:8000")
 KEYS_PAGES = frozenset({"docs/tenants.md"})
 KEY_CREATE = "lilac-serve keys create"
+# vLLM's own cache (what it learnt of the model's architecture, read at every start): the
+# suite's, as the model is (LILAC_CACHE_DIR). In the empty HOME vLLM would inspect the
+# architecture again in a process of its own (half a minute of a core here); the page's
+# data directory, what the walkthrough is about, stays the fresh HOME's.
+VLLM_CACHE = os.environ.get("VLLM_CACHE_ROOT") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm"
+)
 
 
 def run_order(blocks: list[Block]) -> list[Block]:
@@ -85,10 +94,15 @@ def _launch_keys_server(page: Page) -> None:
         port = free_port()
         log_path = page.terminal.home.parent / f"{page.terminal.home.name}-server.log"
         command = lilac_argv(
-            port, "--auth", "keys", "--max-model-len", "2048", "--cpu-kvcache-space-gib", "1"
-        )
+            port, "--auth", "keys", "--max-model-len", "2048", "--cpu-kvcache-space-gib", "1",
+            "--grammar-warmup", "false",  # no block of the page sends a grammar
+        )  # fmt: skip
         page.server = Server(
-            command, log_path, port=port, environ=page.terminal.env, cwd=page.terminal.home
+            command,
+            log_path,
+            port=port,
+            environ={**page.terminal.env, "VLLM_CACHE_ROOT": VLLM_CACHE},
+            cwd=page.terminal.home,
         )
 
 

@@ -1,10 +1,11 @@
 """The real vLLM engines of the integration tests (tests/integration/engines.py), each
-started once for the whole package and shut down when its last test has run (before the
-e2e servers start): the default SmolLM2 checkpoint (`real_engine`), the family-test
-checkpoint (`family_engine`, tests/integration/family_engine.py) that the family tests
-and the warm-models tests share, and the vision tests' tiny model (`vision_engine`).
-Those the selected tests use start together the first time one is needed (`started`).
-A start costs about a minute here: a module shares these rather than starting its own."""
+started once for the whole package and shut down when its last test has run (tests/e2e
+runs first: its servers are stopped by then): the default SmolLM2 checkpoint
+(`real_engine`), the family-test checkpoint (`family_engine`,
+tests/integration/family_engine.py) that the family tests and the warm-models tests
+share, and the vision tests' tiny model (`vision_engine`). Those the selected tests use
+start together the first time one is needed (`started`). A start costs about a minute
+here: a module shares these rather than starting its own."""
 
 from __future__ import annotations
 
