@@ -184,10 +184,18 @@ class VLLMEngine:
             await self._llm.abort(request_id)
 
     async def pause(self) -> None:
+        if self._config.frontend is not None:
+            # A shared engine core is not this process's to pause: vLLM's pause stops the
+            # scheduler for every client, and its abort ends the other processes' requests
+            # too (on SIGTERM each process drains its own, then stops; this one's
+            # stragglers were aborted one by one already).
+            return
         # Keep the prefix cache: it makes the return warm when memory stays allocated.
         await self._llm.pause_generation(mode="abort", clear_cache=False)
 
     async def resume(self) -> None:
+        if self._config.frontend is not None:
+            return  # never paused (above)
         await self._llm.resume_generation()
 
     async def release_memory(self) -> bool:
