@@ -97,7 +97,7 @@ def engine_config(
         family=settings.family,
         tool_parser=settings.tool_call_parser,
         enable_sleep_mode=on_gpu and (settings.release_memory or sleep_mode),
-        prometheus_stats=prometheus_stats,
+        prometheus_stats=prometheus_stats and settings.engine_metrics,
         grammar_compile_timeout_s=settings.grammar_compile_timeout,
         grammar_warmup=settings.grammar_warmup,
         max_num_batched_tokens=settings.max_num_batched_tokens,
@@ -136,9 +136,8 @@ def build_pool(
     settings: Settings, engine: Engine | None = None, frontend: Frontend | None = None
 ) -> ModelPool:
     """The served models: `engine` alone (never sleeping), or one engine per model the
-    settings declare. The first keeps vLLM's `vllm:` series (another AsyncLLM with the
-    stat logger would unregister them). With `frontend` (one model only), the engine is
-    that client of a shared engine core."""
+    settings declare, each with vLLM's `vllm:` series unless `--engine-metrics false`.
+    With `frontend` (one model only), the engine is that client of a shared engine core."""
     sleeper: Sleeper = VLLMSleeper() if settings.on_gpu else PauseSleeper()
     wakes = settings.max_wakes_per_minute if settings.max_wakes_per_minute > 0 else None
     pool = ModelPool(
@@ -156,7 +155,7 @@ def build_pool(
             engine_settings(settings, spec),
             sleep_mode=len(specs) > 1,
             engines=len(specs),
-            prometheus_stats=True,  # every model's `vllm:` series, labelled model_name
+            prometheus_stats=settings.engine_metrics,  # each model's, labelled model_name
             frontend=frontend,
         )
         keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive

@@ -125,6 +125,16 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             "`0`: off (each replica lists and serves only its own)"
         ),
     ] = 2.0
+    engine_metrics: Annotated[
+        bool,
+        Flag(
+            "vLLM's own `vllm:` Prometheus series on `/metrics` (latency histograms, KV "
+            "cache use, token counts), kept per engine step and per token in the HTTP "
+            "process, as `vllm serve` keeps them by default; `false`: no `vllm:` series "
+            "and less CPU per token (like `vllm serve --disable-log-stats`), while the "
+            "`lilac_` series stay"
+        ),
+    ] = True
     tool_call_parser: Annotated[
         str | None,
         Flag(

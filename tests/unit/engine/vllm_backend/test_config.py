@@ -131,3 +131,15 @@ def test_grammar_warmup_false_starts_the_engine_without_the_warm_up() -> None:
     on = build_engine(parse_args([]))._config  # type: ignore[attr-defined]  # VLLMEngine's
     off = build_engine(parse_args(["--grammar-warmup", "false"]))._config  # type: ignore[attr-defined]
     assert on.grammar_warmup is True and off.grammar_warmup is False
+
+
+def test_engine_metrics_false_builds_the_engine_without_vllms_stat_logger() -> None:
+    from app.served_models import build_engine, build_pool
+    from app.settings_sources import parse_args
+
+    on = build_engine(parse_args([]))._config  # type: ignore[attr-defined]  # VLLMEngine's
+    off_settings = parse_args(["--engine-metrics", "false"])
+    off = build_engine(off_settings)._config  # type: ignore[attr-defined]
+    assert on.prometheus_stats is True and off.prometheus_stats is False
+    pooled = build_pool(off_settings).first.engine._config  # type: ignore[attr-defined]
+    assert pooled.prometheus_stats is False
