@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -28,6 +29,19 @@ from app.settings import Settings
 
 log = logging.getLogger("lilac.app")
 ENGINE_START_FAILED_EXIT_CODE = 3  # as a single process's worker exits (app.main)
+# After its drain, a worker closes its app (usage flushed, engine client closed): a
+# second or two. Past the drain's longest wait and this, granian kills it.
+WORKER_CLOSE_SLACK_S = 15.0
+
+
+def workers_kill_timeout_s(settings: Settings) -> int:
+    """How long granian waits for each worker to stop on SIGTERM before it kills it: a
+    safety net only (each worker stops by itself once its requests drained). A worker
+    killed holds no engine core (it is this process's), and its slot lock goes with it."""
+    from app.services.admission import policy_from
+    from engine.admission.runtime import stop_wait_limit_s
+
+    return math.ceil(stop_wait_limit_s(policy_from(settings)) + WORKER_CLOSE_SLACK_S)
 
 
 @contextlib.contextmanager

@@ -71,6 +71,8 @@ def serve(settings: Settings) -> int:
     os.environ.pop("LILAC_ADMIN_KEY", None)
 
     def granian(workers: int) -> Any:  # a granian server (its class is not a type to mypy)
+        from app.api_server_launch import workers_kill_timeout_s
+
         return Granian(
             "app.main:app_from_environment",
             factory=True,
@@ -79,6 +81,7 @@ def serve(settings: Settings) -> int:
             interface=Interfaces.ASGI,
             # One worker loads its own engine; several share one (app.api_server_launch).
             workers=workers,
+            workers_kill_timeout=workers_kill_timeout_s(settings) if workers > 1 else None,
             loop=Loops.uvloop,
             log_level=LogLevels(settings.log_level),
         )

@@ -1,8 +1,9 @@
 """`lilac-serve serve --api-server-count 2` on the real engine, with real clients: two
 frontend processes (granian workers) share one engine core the command launched; both
 answer requests; a key's concurrency limit holds across both (through the PostgreSQL
-keys database) while another key goes on being served; SIGTERM to the command stops
-every process it started. And one process (the default) is today's path: the engine
+keys database) while another key goes on being served; SIGTERM to the command drains
+both processes (a stream in flight on each finishes whole) and then stops, within
+seconds, every process it started. And one process (the default) is today's path: the engine
 core is its granian worker's child, and `/metrics` names no API server."""
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from tests.postgres import TempPostgres, start_postgres
 MODEL = DEFAULT_MODEL_NAME
 CHAT = [{"role": "user", "content": "Say hi."}]
 FRESH = 12  # requests on fresh connections: the kernel spreads them over the workers
+GRACE_S = 60
+DRAIN_TOKENS = 128  # seconds of tokens here: still running when SIGTERM comes
+RUNNING = re.compile(r"^lilac_admission_running (\S+)$", re.MULTILINE)
 API_SERVER = re.compile(r'^lilac_api_server\{count="(\d+)",index="(\d+)",pid="(\d+)"\} 1\.0$')
 
 
@@ -110,6 +114,8 @@ def shared(postgres: TempPostgres, tmp_path_factory: pytest.TempPathFactory) -> 
             *("--api-server-count", "2", "--gpu-probe", "none"),
             *("--auth", "keys", "--database-url", url, "--limit-sync-interval-s", "0.2"),
             *("--grammar-warmup", "false"),
+            # Later than the harness's 2 s: the drain test's streams finish inside it.
+            *("--grace-period", str(GRACE_S)),
         ),
     )
     try:
@@ -200,15 +206,78 @@ def test_a_keys_concurrency_limit_holds_across_both_processes(shared: Shared) ->
         assert served > 0, (index, before, after)
 
 
-def test_sigterm_stops_every_process_it_started(shared: Shared) -> None:
+def running(text: str) -> float:
+    match = RUNNING.search(text)
+    assert match is not None, "no lilac_admission_running on /metrics"
+    return float(match[1])
+
+
+class Drained:
+    """One stream opened before SIGTERM and read to its end after it."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.client = shared.client(shared.free)
+        stream = self.client.chat.completions.create(
+            model=MODEL,
+            messages=CHAT,  # type: ignore[arg-type]
+            max_tokens=DRAIN_TOKENS,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+        self.chunks = iter(stream)
+        next(self.chunks)  # admitted and running on whichever worker took it
+        self.finish_reasons: list[str | None] = []
+        self.completion_tokens: int | None = None
+        self.error: BaseException | None = None
+
+    def read_to_end(self) -> None:
+        try:
+            for chunk in self.chunks:
+                self.finish_reasons += [choice.finish_reason for choice in chunk.choices]
+                if chunk.usage is not None:
+                    self.completion_tokens = chunk.usage.completion_tokens
+        except Exception as exc:  # said in the assertion, not lost in the thread
+            self.error = exc
+        finally:
+            self.client.close()
+
+
+def test_sigterm_drains_both_processes_then_stops_every_process(shared: Shared) -> None:
+    """A stream in flight on each worker when SIGTERM comes finishes whole (one
+    process's drain must not end the other's requests on the engine core they share);
+    then the command exits 0 within seconds, leaving no process behind."""
     server = shared.server
     started = server.processes()[1:]
     names = {process.pid: process.name() for process in started}
     assert len(started) >= 3, names  # two workers and the engine core at least
+    streams: list[Drained] = []
+    for _ in range(FRESH):  # the kernel picks each connection's worker
+        streams.append(Drained(shared))
+        if len(streams) >= 2 and all(
+            running(text) >= 1 for text in shared.per_process_metrics().values()
+        ):
+            break
+    per_worker = {index: running(text) for index, text in shared.per_process_metrics().items()}
+    assert sorted(per_worker) == [0, 1] and min(per_worker.values()) >= 1, per_worker
     server.process.send_signal(signal.SIGTERM)  # the command alone, not its group
-    assert server.process.wait(timeout=180) == 0, server.log_tail()
+    readers = [threading.Thread(target=stream.read_to_end) for stream in streams]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(timeout=GRACE_S + 30)
+    drained = time.monotonic()
+    for stream in streams:
+        assert stream.error is None, stream.error
+        assert stream.finish_reasons[-1:] == ["length"], stream.finish_reasons
+        assert stream.completion_tokens == DRAIN_TOKENS
+    assert server.process.wait(timeout=GRACE_S + 60) == 0, server.log_tail()
+    stopped_after = time.monotonic() - drained
     _, alive = psutil.wait_procs(started, timeout=30)
     assert alive == [], {p.pid: names[p.pid] for p in alive}
+    # The engine core stops in vLLM's 5 s of grace at most; the workers at once.
+    assert stopped_after < 15.0, (stopped_after, server.log_tail())
+    assert "refused to gracefully stop" not in server.log_tail(20_000)  # granian's kill
 
 
 def test_one_process_is_todays_path(server: Server) -> None:

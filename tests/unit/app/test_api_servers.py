@@ -16,9 +16,12 @@ import pytest
 
 from app import api_servers
 from app.api_server_checks import refusal
+from app.api_server_launch import workers_kill_timeout_s
 from app.api_servers import Slot, claim_slot, per_process, share, spool_name
 from app.cli import main
+from app.services.admission import policy_from
 from app.settings_sources import parse_args
+from engine.admission.runtime import stop_wait_limit_s
 from engine.vllm_backend.config import Frontend
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -123,6 +126,17 @@ def test_budgets_are_split_between_the_processes() -> None:
     assert mine.batch_concurrency == 2
     assert mine.replica_id == "box-1"
     assert share(-1, 2) == -1 and share(1, 4) == 1
+
+
+def test_granian_kills_a_worker_only_after_its_longest_drain() -> None:
+    """The kill timeout is a safety net past the drain: a worker still finishing
+    requests within the grace period is never killed."""
+    settings = parse_args(["--grace-period", "60", "--probe-interval", "2"])
+    limit = stop_wait_limit_s(policy_from(settings))
+    assert limit >= 62
+    assert workers_kill_timeout_s(settings) >= limit + 10
+    shorter = parse_args(["--grace-period", "1"])
+    assert workers_kill_timeout_s(shorter) < workers_kill_timeout_s(settings)
 
 
 def test_each_process_spools_usage_to_a_file_of_its_own() -> None:
