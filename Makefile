@@ -61,6 +61,8 @@ postgres:
 # and real-server tests run in one process, where each engine start wants both cores.
 # Both phases run whatever the first gives; PYTEST_ARGS runs what it names, in one process.
 TEST_WORKERS ?= 2
+# The slowest tests of each run, listed at its end: where the run's time went, in CI's log.
+DURATIONS := --durations=25
 # test_model_routing.py stays in the second run: it times a killed replica's expiry in
 # heartbeats, which a busy worker beside it would stretch.
 SCRIPTED_E2E := $(addprefix tests/e2e/,test_fleet.py test_fleet_limits.py \
@@ -69,8 +71,8 @@ PARALLEL_TESTS := tests/unit tests/docs $(SCRIPTED_E2E)
 
 test: model lint postgres
 ifeq ($(strip $(PYTEST_ARGS)),)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load $(PARALLEL_TESTS); first=$$?; \
-	$(BIN)/python -m pytest $(addprefix --ignore=,$(PARALLEL_TESTS)); second=$$?; \
+	$(BIN)/python -m pytest $(DURATIONS) -n $(TEST_WORKERS) --dist load $(PARALLEL_TESTS); first=$$?; \
+	$(BIN)/python -m pytest $(DURATIONS) $(addprefix --ignore=,$(PARALLEL_TESTS)); second=$$?; \
 	test $$first -eq 0 && test $$second -eq 0
 else
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

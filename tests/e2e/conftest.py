@@ -1,10 +1,10 @@
 """Real servers, started the way `make serve` starts them, on free local ports, each one
 for the whole e2e folder (see perf/harness/servers.py): `server` (`--auth none`) and
-`keys_server` (`--auth keys` over a keys database of its own), and `dying_server`, one
-for a test to kill. A real engine takes a minute or more to start here: a module shares
-these rather than starting its own. Those the selected tests use are launched together
-the first time one is needed (`launched`): a start keeps about one core busy, and the
-machine has two."""
+`keys_server` (`--auth keys` over a keys database of its own); `dying_server` is
+`server` again, for the one test that kills it, which runs last of the folder. A real
+engine takes a minute or more to start here: a module shares these rather than starting
+its own. Those the selected tests use are launched together the first time one is
+needed (`launched`): a start keeps about one core busy, and the machine has two."""
 
 from __future__ import annotations
 
@@ -33,14 +33,26 @@ ALLOWED_ORIGIN = "http://app.example"
 FIRST = Path(__file__).parent / "test_docs_examples.py"
 
 
+# The test that kills its server (`dying_server`) runs last of the folder: the server it
+# kills is the shared `server`, which no test needs after it.
+LAST_FIXTURE = "dying_server"
+
+
+def _is_last(item: pytest.Item) -> bool:
+    return LAST_FIXTURE in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    moved = [item for item in items if item.path == FIRST]
-    if not moved:
-        return
-    rest = [item for item in items if item.path != FIRST]
     here = FIRST.parent
-    start = next((i for i, item in enumerate(rest) if here in item.path.parents), len(rest))
-    items[:] = rest[:start] + moved + rest[start:]
+    ours = [i for i, item in enumerate(items) if here in item.path.parents]
+    if not ours:
+        return
+    start, end = ours[0], ours[-1] + 1
+    folder = items[start:end]
+    first = [item for item in folder if item.path == FIRST]
+    last = [item for item in folder if item.path != FIRST and _is_last(item)]
+    middle = [item for item in folder if item.path != FIRST and not _is_last(item)]
+    items[start:end] = first + middle + last
 
 
 def _launch_server(workdir: Path) -> Server:
@@ -52,12 +64,18 @@ def _launch_server(workdir: Path) -> Server:
     )
 
 
+# The pids of the shared servers `dying_server` handed to its test to kill.
+KILLED = pytest.StashKey[set[int]]()
+
+
 @pytest.fixture(scope="package")
 def server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Server]:
     running = launched.take("server", request)
     yield running
-    # A clean stop on SIGTERM is part of the contract: exit 0, engine core gone with it.
     process = running.process
+    if process.pid in request.session.stash.get(KILLED, set()):
+        return  # killed by the engine-death test, which checked how it went
+    # A clean stop on SIGTERM is part of the contract: exit 0, engine core gone with it.
     assert process.poll() is None, "server died during the tests"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 0, running.log_path.read_text()[-4000:]
@@ -65,8 +83,8 @@ def server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Serve
 
 # The shared `server` compiles the grammar warm-up at start as `make serve` does (its tests
 # send tool calls and schemas; tests/docs runs the documentation against it); no test of
-# the keys server or the dying server sends a grammar, so they skip it (seconds of CPU
-# a start, on the two cores that the servers start on together).
+# the keys server sends a grammar, so it skips it (seconds of CPU a start, on the two
+# cores that the servers start on together).
 NO_GRAMMAR_WARMUP = ("--grammar-warmup", "false")
 
 # The keys server's upload bounds (the tenants tests go past them) and batch lease (a
@@ -181,11 +199,14 @@ def keys_home(tmp_path_factory: pytest.TempPathFactory) -> KeysServer:
 
 
 @pytest.fixture
-def dying_server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Server]:
-    """`start_lilac`'s server with its defaults, for one test to kill."""
-    running = launched.take("dying_server", request)
-    yield running
-    running.kill_all()
+def dying_server(request: pytest.FixtureRequest, server: Server) -> Iterator[Server]:
+    """The shared `server`, for one test to kill: that test runs last of the folder
+    (`pytest_collection_modifyitems`), so a start is saved and no later test is left
+    without a server. The clean SIGTERM stop that `server` checks at the end is then
+    `test_batches.py`'s to check, on the keys server."""
+    request.session.stash.setdefault(KILLED, set()).add(server.process.pid)
+    yield server
+    server.kill_all()
 
 
 def _tmp(request: pytest.FixtureRequest, name: str) -> Path:
@@ -203,9 +224,6 @@ def _launch_keys_server(request: pytest.FixtureRequest) -> Server:
 LAUNCHERS: dict[str, Callable[[pytest.FixtureRequest], Server]] = {
     "server": lambda request: _launch_server(_tmp(request, "server")),
     "keys_server": _launch_keys_server,
-    "dying_server": lambda request: launch_lilac(
-        _tmp(request, "dying-server"), extra_args=NO_GRAMMAR_WARMUP
-    ),
 }
 
 
