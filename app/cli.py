@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -54,9 +55,10 @@ def serve(settings: Settings) -> int:
 
     logs.configure(settings.log_format, settings.log_level)
     settings.resolved_admin_key()  # a missing or empty key file: said now, not later
+    from app.api_server_checks import refusal
     from app.tenancy.cli import check_serve
 
-    problem = check_serve(settings)
+    problem = check_serve(settings) or refusal(settings)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -67,18 +69,29 @@ def serve(settings: Settings) -> int:
     # The worker reads its settings from here and removes them (and the admin key) from
     # its environment before the engine's processes start (app.main.forget_secrets).
     os.environ.pop("LILAC_ADMIN_KEY", None)
+
+    def granian(workers: int) -> Any:  # a granian server (its class is not a type to mypy)
+        from app.api_server_launch import workers_kill_timeout_s
+
+        return Granian(
+            "app.main:app_from_environment",
+            factory=True,
+            address=settings.host,
+            port=settings.port,
+            interface=Interfaces.ASGI,
+            # One worker loads its own engine; several share one (app.api_server_launch).
+            workers=workers,
+            workers_kill_timeout=workers_kill_timeout_s(settings) if workers > 1 else None,
+            loop=Loops.uvloop,
+            log_level=LogLevels(settings.log_level),
+        )
+
+    if settings.api_server_count > 1:
+        from app.api_server_launch import serve_shared
+
+        return serve_shared(settings, granian)
     os.environ["LILAC_SETTINGS_JSON"] = msgspec.json.encode(settings).decode()
-    server = Granian(
-        "app.main:app_from_environment",
-        factory=True,
-        address=settings.host,
-        port=settings.port,
-        interface=Interfaces.ASGI,
-        workers=1,  # each worker would load its own engine
-        loop=Loops.uvloop,
-        log_level=LogLevels(settings.log_level),
-    )
-    server.serve()
+    granian(1).serve()
     return 0
 
 

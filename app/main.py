@@ -340,6 +340,11 @@ def app_from_environment() -> Litestar:
     settings = msgspec.json.decode(raw, type=Settings) if raw else Settings()
     logs.configure(settings.log_format, settings.log_level)
     forget_secrets()
+    from app import api_servers
+
+    shared = api_servers.from_environment()
+    if shared is not None:  # one of `--api-server-count` frontends (app.api_servers)
+        return api_servers.frontend_app(settings, shared)
     return create_app(settings, handle_sigterm=True, exit_on_engine_death=True)
 
 

@@ -4,6 +4,7 @@ pool that sleeps idle models and wakes the one a request names."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from app.model_specs import engine_settings, model_specs
 from app.settings import Settings
@@ -12,6 +13,9 @@ from engine.warm.model import WarmConfig
 from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper, Sleeper, VLLMSleeper
 
+if TYPE_CHECKING:
+    from engine.vllm_backend.config import EngineConfig, Frontend
+
 
 def build_engine(
     settings: Settings,
@@ -19,16 +23,38 @@ def build_engine(
     sleep_mode: bool = False,
     prometheus_stats: bool = True,
     engines: int = 1,
+    frontend: Frontend | None = None,
 ) -> Engine:
     """The vLLM engine the settings describe, with CPU defaults when there is no GPU.
     `sleep_mode` builds it with vLLM's sleep mode on a GPU (to sleep between requests);
     `prometheus_stats` gives it vLLM's `vllm:` series, labelled with its model;
-    `engines` is how many this server builds (they share the CPU's free memory)."""
+    `engines` is how many this server builds (they share the CPU's free memory);
+    `frontend`: connect to a shared engine core as that client (`--api-server-count`)."""
+    from engine.vllm_backend.engine import VLLMEngine
+
+    config = engine_config(
+        settings, sleep_mode=sleep_mode, prometheus_stats=prometheus_stats, engines=engines
+    )
+    if frontend is not None:
+        from dataclasses import replace
+
+        config = replace(config, frontend=frontend)
+    return VLLMEngine(config)
+
+
+def engine_config(
+    settings: Settings,
+    *,
+    sleep_mode: bool = False,
+    prometheus_stats: bool = True,
+    engines: int = 1,
+) -> EngineConfig:
+    """What `build_engine` builds, also what the command launches a shared engine core
+    from (the frontends then build the same one)."""
     from engine.checkpoint import resolve_model
     from engine.families import get as get_family
     from engine.templates import load_template_file
     from engine.vllm_backend.config import EngineConfig
-    from engine.vllm_backend.engine import VLLMEngine
 
     model_path, default_name = resolve_model(settings.model[0] if settings.model else None)
     if settings.family is not None:
@@ -77,7 +103,7 @@ def build_engine(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
     )
-    return VLLMEngine(config)
+    return config
 
 
 def cpu_kv_cache_gib(settings: Settings, model_path: str, engines: int = 1) -> int:
@@ -106,9 +132,12 @@ def bind_cpu_threads(settings: Settings, engines: int) -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
 
 
-def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
+def build_pool(
+    settings: Settings, engine: Engine | None = None, frontend: Frontend | None = None
+) -> ModelPool:
     """The served models: `engine` alone (never sleeping), or one engine per model the
-    settings declare, each with vLLM's `vllm:` series unless `--engine-metrics false`."""
+    settings declare, each with vLLM's `vllm:` series unless `--engine-metrics false`.
+    With `frontend` (one model only), the engine is that client of a shared engine core."""
     sleeper: Sleeper = VLLMSleeper() if settings.on_gpu else PauseSleeper()
     wakes = settings.max_wakes_per_minute if settings.max_wakes_per_minute > 0 else None
     pool = ModelPool(
@@ -127,6 +156,7 @@ def build_pool(settings: Settings, engine: Engine | None = None) -> ModelPool:
             sleep_mode=len(specs) > 1,
             engines=len(specs),
             prometheus_stats=settings.engine_metrics,  # each model's, labelled model_name
+            frontend=frontend,
         )
         keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive
         pool.add(model_engine, WarmConfig(keep_alive, spec.memory_gib, spec.pinned))

@@ -36,6 +36,20 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
     ] = ()
     host: Annotated[str, Flag("address to listen on")] = "127.0.0.1"
     port: Annotated[int, Flag("port to listen on")] = 8000
+    api_server_count: Annotated[
+        int,
+        Flag(
+            "frontend processes sharing one engine core, as `vllm serve`'s: each answers "
+            "HTTP, and vLLM's output processing is spread over them (for a GPU that makes "
+            "more tokens than one core can frame). Over 1: admission's budgets and the "
+            "KV cache are split between them, key limits hold across them through a "
+            "PostgreSQL keys database (so `--auth keys` needs a PostgreSQL "
+            "`--database-url`), and several models, `keep_alive`, `--memory-budget-gib`, "
+            "a GPU probe other than `none`, `--lending-windows` and `--data-parallel-size` "
+            "over 1 are refused at start; SIGTERM drains every process; `/metrics` answers "
+            "for the process that serves the scrape (docs: Frontend capacity)"
+        ),
+    ] = 1
     max_model_len: Annotated[
         int | None, Flag("context length in tokens", default_doc="the model's")
     ] = None

@@ -255,7 +255,9 @@ class Tenancy:
         return self.auth.mode
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Tenancy:
+    def from_settings(cls, settings: Settings, spool: Path | None = None) -> Tenancy:
+        """`spool`: the usage spool file, when not the one beside the database (each of
+        several frontend processes has its own)."""
         mode = auth_mode(settings)
         if mode == "none":
             return cls(Authenticator())
@@ -265,7 +267,7 @@ class Tenancy:
             raise AuthConfigError("--limit-sync-interval-s must be more than 0")
         return cls.with_database(
             create_engine(database_url(settings)),
-            spool_path(settings),
+            spool or spool_path(settings),
             outage_s=settings.key_cache_outage_s,
             limit_sync_s=settings.limit_sync_interval_s,
             fleet_heartbeat_s=settings.fleet_models_heartbeat_s,

@@ -55,6 +55,14 @@ class AdmittedHost(ModelHost, Protocol):
     async def abort(self, request_id: str) -> None: ...
 
 
+STOP_SLACK_S = 5.0  # past the grace period and one probe: the stragglers' aborts
+
+
+def stop_wait_limit_s(policy: Policy) -> float:
+    """The longest `AdmissionController.stop` waits for in-flight requests."""
+    return policy.grace_s + policy.probe_interval_s + STOP_SLACK_S
+
+
 class AdmissionController:
     def __init__(
         self,
@@ -149,7 +157,7 @@ class AdmissionController:
         """SIGTERM: admit nothing more; wait for in-flight requests at most the grace
         period (the probe loop ends stragglers), then return."""
         await self._apply(self.machine.stop(self._clock(), len(self.queue.running)))
-        limit = self.policy.grace_s + self.policy.probe_interval_s + 5.0
+        limit = stop_wait_limit_s(self.policy)
         try:
             await asyncio.wait_for(self._yielded.wait(), limit)
         except TimeoutError:

@@ -10,6 +10,37 @@ from engine.families import Family, for_model
 
 
 @dataclass(frozen=True, slots=True)
+class Frontend:
+    """One of several frontend processes sharing an engine core another process launched
+    (engine.vllm_backend.shared_core): every client's pair of ZMQ sockets (requests in,
+    outputs back) and which client this process is (it binds the pair at `index`)."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    index: int = 0
+    stats_update_address: str | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.inputs)
+
+    def at(self, index: int) -> Frontend:
+        if not 0 <= index < self.count:
+            raise ValueError(f"client index {index} is not in 0..{self.count - 1}")
+        return Frontend(self.inputs, self.outputs, index, self.stats_update_address)
+
+    def client_addresses(self) -> dict[str, Any]:
+        """AsyncLLM's `client_addresses`: this client's pair of sockets."""
+        addresses: dict[str, Any] = {
+            "input_address": self.inputs[self.index],
+            "output_address": self.outputs[self.index],
+        }
+        if self.stats_update_address is not None:
+            addresses["stats_update_address"] = self.stats_update_address
+        return addresses
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     """What vLLM needs to load a model; built from the server settings."""
 
@@ -44,6 +75,8 @@ class EngineConfig:
     max_num_seqs: int | None = None
     long_prefill_token_threshold: int | None = None
     enable_prefix_caching: bool | None = None
+    # Set: connect to a shared engine core as this frontend instead of starting one.
+    frontend: Frontend | None = None
 
     @property
     def family_record(self) -> Family | None:
@@ -153,8 +186,34 @@ def build_async_llm(config: EngineConfig) -> Any:
     from engine.vllm_backend.shared_metrics import SharedPrometheusStatLogger
 
     check_family_markers(config)
-    return AsyncLLM.from_engine_args(
-        engine_args(config),
-        usage_context=UsageContext.OPENAI_API_SERVER,
-        stat_loggers=[SharedPrometheusStatLogger] if config.prometheus_stats else None,
+    stat_loggers: list[Any] | None = (
+        [SharedPrometheusStatLogger] if config.prometheus_stats else None
     )
+    frontend = config.frontend
+    if frontend is None:
+        return AsyncLLM.from_engine_args(
+            engine_args(config),
+            usage_context=UsageContext.OPENAI_API_SERVER,
+            stat_loggers=stat_loggers,
+        )
+    # One of several frontends: the same engine config the supervisor built, told which
+    # client this is, and the engine core it launched (vLLM's multi API-server mode).
+    args = with_frontends(engine_args(config), frontend.count, frontend.index)
+    vllm_config = args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+    return AsyncLLM.from_vllm_config(
+        vllm_config,
+        usage_context=UsageContext.OPENAI_API_SERVER,
+        stat_loggers=stat_loggers,
+        disable_log_stats=args.disable_log_stats,
+        client_addresses=frontend.client_addresses(),
+        client_count=frontend.count,
+        client_index=frontend.index,
+    )
+
+
+def with_frontends(args: Any, count: int, rank: int) -> Any:
+    """vLLM's engine arguments told how many frontend processes share the engine core and
+    which one this process is (-1: the supervisor, which serves no requests)."""
+    args._api_process_count = count
+    args._api_process_rank = rank
+    return args

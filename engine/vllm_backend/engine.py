@@ -60,6 +60,11 @@ from engine.vllm_backend.tool_calls import ToolRequest
 log = logging.getLogger("lilac.engine")
 
 
+def frontends(config: EngineConfig) -> int:
+    """How many frontend processes share this engine's core (1: this one alone)."""
+    return 1 if config.frontend is None else config.frontend.count
+
+
 class VLLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self._config = config
@@ -94,7 +99,8 @@ class VLLMEngine:
             created=int(time.time()),
             root=self._config.model,
             vocab_size=model_config.get_vocab_size(),
-            kv_cache_tokens=kv_cache_tokens(llm),
+            # Several frontends share the engine core: each admits against its share.
+            kv_cache_tokens=kv_cache_tokens(llm) // frontends(self._config),
             supports_vision=takes_images(llm),
         )
         self.bind_family(self._config.family_record, self._config.chat_template)
@@ -178,10 +184,18 @@ class VLLMEngine:
             await self._llm.abort(request_id)
 
     async def pause(self) -> None:
+        if self._config.frontend is not None:
+            # A shared engine core is not this process's to pause: vLLM's pause stops the
+            # scheduler for every client, and its abort ends the other processes' requests
+            # too (on SIGTERM each process drains its own, then stops; this one's
+            # stragglers were aborted one by one already).
+            return
         # Keep the prefix cache: it makes the return warm when memory stays allocated.
         await self._llm.pause_generation(mode="abort", clear_cache=False)
 
     async def resume(self) -> None:
+        if self._config.frontend is not None:
+            return  # never paused (above)
         await self._llm.resume_generation()
 
     async def release_memory(self) -> bool:

@@ -8,7 +8,11 @@ Two factories:
   (default: `scripted`);
 - `create`, the frontend ceiling's server: tokens instantly, admission limits lifted.
 
-    python -m perf scripted-app --port 8011 [--factory build]
+    python -m perf scripted-app --port 8011 [--factory build] [--workers N]
+
+With `--workers N`, granian runs N worker processes, each building the app and its own
+scripted engine: what several frontend processes cost and deliver when no engine is
+shared between them.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="an extra Granian option to try (task_impl=rust, http=1, runtime_mode=st...)",
     )
+    parser.add_argument("--workers", type=int, default=1, help="granian worker processes")
     args = parser.parse_args(argv)
     extra = dict(_granian_option(opt) for opt in args.granian_opt)
     Granian(  # the same options as app.cli.serve, plus any tried here
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         address=args.host,
         port=args.port,
         interface=Interfaces.ASGI,
-        workers=1,
+        workers=args.workers,
         loop=Loops.uvloop,
         log_level="warning",
         **extra,

@@ -49,14 +49,17 @@ def vllm_argv(port: int, *flags: str) -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--port", str(port), *flags]
 
 
-def scripted_argv(port: int, factory: str = "build", *granian_opts: str) -> list[str]:
+def scripted_argv(
+    port: int, factory: str = "build", *granian_opts: str, workers: int = 1
+) -> list[str]:
     """Our app over the scripted engine under granian (see perf/harness/scripted_app.py):
     `build` for the tests (settings from LILAC_SETTINGS_JSON, tokens 50 ms apart),
-    `create` for the frontend ceiling (tokens instantly, admission limits lifted)."""
+    `create` for the frontend ceiling (tokens instantly, admission limits lifted);
+    `workers` granian worker processes, each with its own scripted engine."""
     options = [item for opt in granian_opts for item in ("--granian-opt", opt)]
     return [
         *(sys.executable, "-m", "perf", "scripted-app"),
-        *("--factory", factory, "--port", str(port), *options),
+        *("--factory", factory, "--port", str(port), "--workers", str(workers), *options),
     ]
 
 
@@ -178,6 +181,16 @@ class Server:
             if "granian" in cmdline and "worker" in cmdline:
                 return child
         raise RuntimeError(f"no granian worker under pid {root.pid}")
+
+    def http_processes(self) -> list[psutil.Process]:
+        """Every granian worker process (several with `workers` > 1 or
+        `--api-server-count` > 1), each of which serves HTTP."""
+        root = psutil.Process(self.process.pid)
+        return [
+            child
+            for child in root.children()
+            if "granian" in (line := " ".join(child.cmdline())) and "worker" in line
+        ]
 
     def rss_bytes(self) -> int:
         total = 0

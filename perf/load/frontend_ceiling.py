@@ -4,10 +4,14 @@ The engine yields its tokens instantly. Reports streamed tokens/s and requests/s
 wall second and per CPU second of the HTTP process (= per core it keeps busy).
 
     python -m perf frontend-ceiling [--concurrency 64] [--tokens 256] [--duration 10]
+        [--keys] [--workers N]
 
 The load client is this process: raw HTTP/1.1 over asyncio streams with keep-alive, about
 the cheapest client there is, so that on a small machine the server stays the bottleneck.
-The server is `python -m perf scripted-app` (granian, one worker, uvloop).
+The server is `python -m perf scripted-app` (granian, one worker, uvloop). With
+`--workers N` it runs N granian workers, each with its own scripted engine; the CPU is
+summed over them, and "per core" is per CPU second of all of them together (what one
+process gives per core it keeps busy), beside each worker's own share of the CPU.
 """
 
 from __future__ import annotations
@@ -111,6 +115,7 @@ async def drive(port: int, concurrency: int, tokens: int, stream: bool, seconds:
 @dataclass
 class Result:
     scenario: str
+    workers: int
     concurrency: int
     tokens_per_request: int
     wall_s: float
@@ -124,9 +129,11 @@ class Result:
     requests_per_s: float
     tokens_per_cpu_s: float
     requests_per_cpu_s: float
+    worker_cpu_s: list[float]  # each worker's own CPU seconds
     load_avg_1m: float = 0.0
     # Per thread of the worker (by name): CPU seconds, voluntary and involuntary
-    # context switches over the run; with --keys, usage rows per group commit.
+    # context switches over the run; with --keys, usage rows per group commit (one
+    # worker only: /metrics answers for the worker that takes the scrape).
     threads: dict[str, list[float]] | None = None
     rows_per_commit: float | None = None
 
@@ -134,22 +141,35 @@ class Result:
 def measure(
     server: Server, port: int, concurrency: int, tokens: int, stream: bool, seconds: float
 ) -> Result:
-    http = server.http_process(granian=True)
+    workers = server.http_processes()
     me = psutil.Process()
     asyncio.run(drive(port, concurrency, tokens, stream, min(1.0, seconds)))  # warm-up
-    usage0, threads0 = _usage_counts(port), _thread_stats(http.pid)
-    children0 = _children_cpu(http)
-    cpu0, client0, t0 = cpu_seconds(http), cpu_seconds(me), time.perf_counter()
+    one = len(workers) == 1
+    usage0 = _usage_counts(port) if one else (0.0, 0.0)
+    threads0 = [_thread_stats(worker.pid) for worker in workers]
+    before = [cpu_seconds(worker) for worker in workers]
+    children0 = [_children_cpu(worker) for worker in workers]
+    client0, t0 = cpu_seconds(me), time.perf_counter()
     tally = asyncio.run(drive(port, concurrency, tokens, stream, seconds))
     wall = time.perf_counter() - t0
-    cpu, client = cpu_seconds(http) - cpu0, cpu_seconds(me) - client0
-    children = _children_cpu(http)
-    writer = sum(used - children0.get(pid, 0.0) for pid, used in children.items())
-    cpu += writer  # the usage writer's SQLite process works for the worker: counted
-    threads, usage = _thread_delta(threads0, _thread_stats(http.pid)), _usage_counts(port)
+    each = [cpu_seconds(worker) - start for worker, start in zip(workers, before, strict=True)]
+    # The usage writers' SQLite processes work for the workers: counted with them.
+    writer = sum(
+        used - start.get(pid, 0.0)
+        for worker, start in zip(workers, children0, strict=True)
+        for pid, used in _children_cpu(worker).items()
+    )
+    cpu, client = sum(each) + writer, cpu_seconds(me) - client0
+    threads: dict[str, list[float]] = {}
+    for index, (worker, start) in enumerate(zip(workers, threads0, strict=True)):
+        prefix = "" if one else f"worker-{index + 1} "
+        for name, row in _thread_delta(start, _thread_stats(worker.pid)).items():
+            threads[prefix + name] = row
+    usage = _usage_counts(port) if one else (0.0, 0.0)
     commits = usage[1] - usage0[1]
     return Result(
         scenario="streamed" if stream else "non-streamed",
+        workers=len(workers),
         concurrency=concurrency,
         tokens_per_request=tokens,
         wall_s=round(wall, 2),
@@ -163,6 +183,7 @@ def measure(
         requests_per_s=round(tally.requests / wall, 1),
         tokens_per_cpu_s=round(tally.tokens / cpu) if cpu else 0,
         requests_per_cpu_s=round(tally.requests / cpu, 1) if cpu else 0,
+        worker_cpu_s=[round(value, 2) for value in each],
         load_avg_1m=round(os.getloadavg()[0], 2),
         threads=threads,
         rows_per_commit=round((usage[0] - usage0[0]) / commits, 1) if commits else None,
@@ -233,15 +254,17 @@ def _usage_counts(port: int) -> tuple[float, float]:
 
 def table(results: list[Result]) -> str:
     lines = [
-        "| scenario | conc. | tokens/req | tokens/s | req/s | HTTP-process CPU s | "
-        "tokens/s per core | req/s per core | client CPU s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| scenario | workers | conc. | tokens/req | tokens/s | req/s | HTTP-process CPU s "
+        "(each) | tokens/s per core | req/s per core | client CPU s | load |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
+        each = " + ".join(str(value) for value in r.worker_cpu_s)
         lines.append(
-            f"| {r.scenario} | {r.concurrency} | {r.tokens_per_request} | {r.tokens_per_s:,} | "
-            f"{r.requests_per_s:,} | {r.server_cpu_s} / {r.wall_s} s | "
-            f"{r.tokens_per_cpu_s:,} | {r.requests_per_cpu_s:,} | {r.client_cpu_s} |"
+            f"| {r.scenario} | {r.workers} | {r.concurrency} | {r.tokens_per_request} | "
+            f"{r.tokens_per_s:,} | {r.requests_per_s:,} | {r.server_cpu_s} ({each}) / "
+            f"{r.wall_s} s | {r.tokens_per_cpu_s:,} | {r.requests_per_cpu_s:,} | "
+            f"{r.client_cpu_s} | {r.load_avg_1m} |"
         )
     return "\n".join(lines)
 
@@ -260,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         help="serve with --auth keys (a SQLite keys database, limits and usage metering)",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="granian worker processes, each with its own scripted engine",
+    )
+    parser.add_argument(
         "--only",
         choices=("streamed", "non-streamed"),
         help="measure one scenario (default: both, streamed first)",
@@ -267,11 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     env = _keys_env() if args.keys else None
-    argv = scripted_argv(args.port, "create", *args.granian_opt)
+    argv = scripted_argv(args.port, "create", *args.granian_opt, workers=args.workers)
     server = Server(argv, OUT / "frontend_server.log", port=args.port, env=env)
     try:
         server.wait_healthy(60)
-        print(f"HTTP process: pid {server.http_process(granian=True).pid}", flush=True)
+        _wait_for_workers(server, args.workers)
+        pids = ", ".join(str(worker.pid) for worker in server.http_processes())
+        print(f"HTTP processes: pid {pids}", flush=True)
         results = [
             measure(server, args.port, args.concurrency, tokens, stream, args.duration)
             for stream, tokens in ((True, args.tokens), (False, args.short_tokens))
@@ -294,6 +325,15 @@ def main(argv: list[str] | None = None) -> int:
     (OUT / "frontend_ceiling.md").write_text(text + "\n")
     (OUT / "frontend_ceiling.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     return 0 if all(r.errors == 0 for r in results) else 1
+
+
+def _wait_for_workers(server: Server, workers: int, timeout_s: float = 60.0) -> None:
+    """Until every worker answers: the first to start answers /health before the
+    others have built their app."""
+    deadline = time.monotonic() + timeout_s
+    while len(server.http_processes()) < workers and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)  # each worker's app builds in well under a second once spawned
 
 
 def _keys_env() -> dict[str, str]:

@@ -87,6 +87,10 @@ def server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Serve
 # cores that the servers start on together).
 NO_GRAMMAR_WARMUP = ("--grammar-warmup", "false")
 
+# The keys server runs without vLLM's stat logger (tests/e2e/test_engine_metrics.py reads
+# its /metrics beside the shared server's, which keeps it, as `make serve` does).
+NO_ENGINE_METRICS = ("--engine-metrics", "false")
+
 # The keys server's upload bounds (the tenants tests go past them) and batch lease (a
 # killed replica's batch lines run again this long after its last renewal).
 MAX_FILE_BYTES = 1_000_000
@@ -126,6 +130,7 @@ class KeysServer:
                 *("--max-file-lines", str(MAX_FILE_LINES)),
                 *("--batch-lease-s", str(BATCH_LEASE_S), "--replica-id", "e2e"),
                 *NO_GRAMMAR_WARMUP,
+                *NO_ENGINE_METRICS,
             ),
             extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
         )
