@@ -1,12 +1,21 @@
-"""Usage rows into a SQLite file through a connection of the writer's own, in a process
-of its own (app.tenancy.usage_sqlite_process): one frame across a pipe per group
-commit, and one statement per commit (app.tenancy.usage_sqlite_rows).
+"""Usage rows into a SQLite file through a connection of the writer's own, on a thread
+of its own: one hand-over to that thread per group commit, and one statement per
+commit.
 
 Through SQLAlchemy's async engine over aiosqlite the same commit crosses threads about
 six times (pool checkout, cursor, execute, commit, the reset on return), each a
-future, a wake-up of the event loop and a fight for the interpreter's lock. A thread
-of the writer's own, with one hand-over a commit, still took that lock from the event
-loop several times a commit; a process of its own takes none of it.
+future, a wake-up of the event loop and a fight for the GIL: about 1.5 ms of the event
+loop's CPU per commit, paid by the few requests that share it. Here the insert and the
+commit run back to back on the writer's thread (sqlite releases the GIL while it
+writes and syncs), and the event loop only waits for the one result.
+
+A group commit is one multi-row `INSERT`, run in autocommit mode: the statement is its
+own transaction, so the insert and the commit are one call into SQLite, which drops
+the GIL once and takes it back once. `executemany` steps each row apart and
+`commit` is one more step; each step hands the GIL back and forth with the event loop
+(and waits up to the interpreter's switch interval for it when the loop is busy),
+which cost the event loop more than the rows themselves. A batch beyond
+`ROWS_PER_STATEMENT` is several statements in one explicit transaction.
 
 The durability is the same: the same file, WAL and `synchronous=FULL`, and a commit
 returns once the rows are on disk.
@@ -14,17 +23,19 @@ returns once the rows are on disk.
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.db import sqlite_path
-from app.tenancy.sqlite_pragmas import BUSY_TIMEOUT_MS
-from app.tenancy.usage_sqlite_process import SqliteProcess
-from app.tenancy.usage_sqlite_rows import ROWS_PER_STATEMENT, THREAD_NAME
+from app.tenancy.db import BUSY_TIMEOUT_MS, sqlite_path, sqlite_pragmas
+from app.tenancy.usage import sqlite_insert
 
-__all__ = ["ROWS_PER_STATEMENT", "THREAD_NAME", "SqliteInserts", "direct_path"]
+# Rows in one INSERT (17 values each: well under SQLite's limit on a statement's values).
+ROWS_PER_STATEMENT = 64
 
 
 def direct_path(database: AsyncEngine) -> Path | None:
@@ -39,25 +50,59 @@ def direct_path(database: AsyncEngine) -> Path | None:
 
 
 class SqliteInserts:
-    """Inserts usage rows (each a record's values in `FIELDS` order) and commits, in the
-    writer's SQLite process (started on first use, again after it ended)."""
+    """Inserts usage rows (each a record's values in `FIELDS` order) and commits, on one
+    connection in autocommit mode, opened on first use on the executor's single thread
+    (sqlite3 connections stay on the thread that made them)."""
 
     def __init__(self, path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.path = path
-        self._process = SqliteProcess(path, busy_timeout_ms)
-
-    @property
-    def pid(self) -> int | None:
-        """The writer process's id while it runs (its CPU is the writer's)."""
-        return self._process.pid
-
-    async def start(self) -> None:
-        """Start the process (else the first `insert` does)."""
-        await self._process.start()
+        self._busy_timeout_ms = busy_timeout_ms
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lilac-usage")
+        self._conn: sqlite3.Connection | None = None
 
     async def insert(self, rows: list[tuple[Any, ...]]) -> None:
-        await self._process.insert(rows)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._insert, rows)
+
+    def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+        conn = self._connection()
+        if len(rows) <= ROWS_PER_STATEMENT:  # one statement: its own transaction
+            conn.execute(sqlite_insert(len(rows)), [value for row in rows for value in row])
+            return
+        conn.execute("BEGIN")
+        try:
+            for start in range(0, len(rows), ROWS_PER_STATEMENT):
+                chunk = rows[start : start + ROWS_PER_STATEMENT]
+                conn.execute(sqlite_insert(len(chunk)), [value for row in chunk for value in row])
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            # No file is created here that SQLAlchemy's engine would not create too; a
+            # missing folder fails as it does there (sqlite3.OperationalError).
+            # Autocommit (isolation_level None): a statement outside BEGIN commits itself.
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None
+            )
+            try:
+                sqlite_pragmas(conn, self._busy_timeout_ms)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
 
     async def close(self) -> None:
-        """Close the connection and end the process."""
-        await self._process.close()
+        """Close the connection (on its thread) and stop the thread."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close)
+        self._executor.shutdown(wait=False)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

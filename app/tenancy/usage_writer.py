@@ -155,7 +155,6 @@ class UsageWriter:
         self._woken = False
 
     async def _run(self) -> None:
-        await self._prepare()
         while not self._closing:
             await self._sleep()
             if self._pending and not self._closing:
@@ -255,16 +254,6 @@ class UsageWriter:
         statement = pg_insert(usage).on_conflict_do_nothing(index_elements=["request_id"])
         async with self.database.begin() as conn:
             await conn.execute(statement, [_row(record) for record in records])
-
-    async def _prepare(self) -> None:
-        """Start the SQLite file's writer process now, so that the first request does
-        not wait for it (a failure here is the first commit's to report)."""
-        try:
-            direct = await self._sqlite_inserts()
-            if direct is not None:
-                await direct.start()
-        except Exception as exc:
-            log.warning("usage: the SQLite writer process did not start (%s)", reason(exc))
 
     async def _sqlite_inserts(self) -> SqliteInserts | None:
         """The direct connection to the file behind `self.database` (made again when

@@ -122,8 +122,7 @@ class Result:
     requests: int
     tokens: int
     errors: int
-    server_cpu_s: float  # the worker's, its usage writer process's included
-    writer_cpu_s: float  # the usage writer process's share of it
+    server_cpu_s: float
     client_cpu_s: float
     tokens_per_s: float
     requests_per_s: float
@@ -148,18 +147,11 @@ def measure(
     usage0 = _usage_counts(port) if one else (0.0, 0.0)
     threads0 = [_thread_stats(worker.pid) for worker in workers]
     before = [cpu_seconds(worker) for worker in workers]
-    children0 = [_children_cpu(worker) for worker in workers]
     client0, t0 = cpu_seconds(me), time.perf_counter()
     tally = asyncio.run(drive(port, concurrency, tokens, stream, seconds))
     wall = time.perf_counter() - t0
     each = [cpu_seconds(worker) - start for worker, start in zip(workers, before, strict=True)]
-    # The usage writers' SQLite processes work for the workers: counted with them.
-    writer = sum(
-        used - start.get(pid, 0.0)
-        for worker, start in zip(workers, children0, strict=True)
-        for pid, used in _children_cpu(worker).items()
-    )
-    cpu, client = sum(each) + writer, cpu_seconds(me) - client0
+    cpu, client = sum(each), cpu_seconds(me) - client0
     threads: dict[str, list[float]] = {}
     for index, (worker, start) in enumerate(zip(workers, threads0, strict=True)):
         prefix = "" if one else f"worker-{index + 1} "
@@ -177,7 +169,6 @@ def measure(
         tokens=tally.tokens,
         errors=tally.errors,
         server_cpu_s=round(cpu, 2),
-        writer_cpu_s=round(writer, 3),
         client_cpu_s=round(client, 2),
         tokens_per_s=round(tally.tokens / wall),
         requests_per_s=round(tally.requests / wall, 1),
@@ -188,18 +179,6 @@ def measure(
         threads=threads,
         rows_per_commit=round((usage[0] - usage0[0]) / commits, 1) if commits else None,
     )
-
-
-def _children_cpu(http: psutil.Process) -> dict[int, float]:
-    """CPU seconds so far of each process the worker started (with --keys, the usage
-    writer's SQLite process)."""
-    out = {}
-    for child in http.children(recursive=True):
-        try:
-            out[child.pid] = cpu_seconds(child)
-        except psutil.NoSuchProcess:
-            continue
-    return out
 
 
 def _thread_stats(pid: int) -> dict[str, tuple[str, float, int, int]]:
@@ -288,11 +267,6 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="granian worker processes, each with its own scripted engine",
     )
-    parser.add_argument(
-        "--only",
-        choices=("streamed", "non-streamed"),
-        help="measure one scenario (default: both, streamed first)",
-    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     env = _keys_env() if args.keys else None
@@ -304,19 +278,15 @@ def main(argv: list[str] | None = None) -> int:
         pids = ", ".join(str(worker.pid) for worker in server.http_processes())
         print(f"HTTP processes: pid {pids}", flush=True)
         results = [
-            measure(server, args.port, args.concurrency, tokens, stream, args.duration)
-            for stream, tokens in ((True, args.tokens), (False, args.short_tokens))
-            if args.only in (None, "streamed" if stream else "non-streamed")
+            measure(server, args.port, args.concurrency, args.tokens, True, args.duration),
+            measure(server, args.port, args.concurrency, args.short_tokens, False, args.duration),
         ]
     finally:
         server.stop()
     text = table(results)
     print(text)
     for r in results:
-        print(
-            f"{r.scenario}: load {r.load_avg_1m}, rows per commit {r.rows_per_commit}, "
-            f"usage writer process {r.writer_cpu_s} s CPU (in the worker's figure)"
-        )
+        print(f"{r.scenario}: load {r.load_avg_1m}, rows per commit {r.rows_per_commit}")
         for name, (cpu, voluntary, involuntary) in (r.threads or {}).items():
             print(
                 f"    {name}: {cpu} s CPU, {voluntary} voluntary / {involuntary} "
