@@ -82,10 +82,7 @@ def serve_shared(settings: Settings, granian: Callable[[int], Any]) -> int:
                 log.debug("engine start traceback", exc_info=exc)
                 return ENGINE_START_FAILED_EXIT_CODE
         log.info("engine core ready (pid %s)", ", ".join(map(str, core.pids())))
-        frontend = core.frontend
-        shared = SharedEngine(
-            run_dir, frontend.inputs, frontend.outputs, frontend.stats_update_address
-        )
+        shared = SharedEngine(run_dir, core.frontend)
         os.environ[ENV] = msgspec.json.encode(shared).decode()
         # Only now: the engine core, started from this process, must not inherit them.
         os.environ["LILAC_SETTINGS_JSON"] = msgspec.json.encode(settings).decode()

@@ -30,6 +30,7 @@ from litestar import Litestar
 from prometheus_client import CollectorRegistry, Gauge
 
 from app.settings import Settings
+from engine.vllm_backend.config import Frontend
 
 ENV = "LILAC_API_SERVERS_JSON"
 SLOT_CLAIM_TIMEOUT_S = 30.0  # a worker started again waits this long for its old self
@@ -39,13 +40,7 @@ class SharedEngine(msgspec.Struct, frozen=True):
     """What the command hands its workers (as JSON in `LILAC_API_SERVERS_JSON`)."""
 
     run_dir: str  # where the slot files are
-    inputs: tuple[str, ...]  # each client's request socket (ZMQ address)
-    outputs: tuple[str, ...]  # each client's output socket
-    stats_update_address: str | None = None
-
-    @property
-    def count(self) -> int:
-        return len(self.inputs)
+    frontend: Frontend  # the engine core's client sockets; each worker takes its index
 
 
 def from_environment() -> SharedEngine | None:
@@ -136,11 +131,10 @@ def frontend_app(settings: Settings, shared: SharedEngine) -> Litestar:
     from app.main import create_app
     from app.served_models import build_pool
     from app.tenancy.service import Tenancy, spool_path
-    from engine.vllm_backend.config import Frontend
 
-    slot = claim_slot(Path(shared.run_dir), shared.count)
+    slot = claim_slot(Path(shared.run_dir), shared.frontend.count)
     mine = per_process(settings, slot)
-    frontend = Frontend(shared.inputs, shared.outputs, slot.index, shared.stats_update_address)
+    frontend = shared.frontend.at(slot.index)
     tenancy = Tenancy.from_settings(mine, spool_name(spool_path(mine), slot.index))
     app = create_app(
         mine,
