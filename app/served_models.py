@@ -155,7 +155,6 @@ def build_pool(
             engine_settings(settings, spec),
             sleep_mode=len(specs) > 1,
             engines=len(specs),
-            prometheus_stats=settings.engine_metrics,  # each model's, labelled model_name
             frontend=frontend,
         )
         keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive
