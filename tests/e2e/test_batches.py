@@ -257,11 +257,13 @@ def test_a_background_response_across_a_reclaim_and_a_sigterm_restart(
     batches: BatchServer,
 ) -> None:
     client = batches.client()
-    rid = running_response(client, 64)
+    # Long enough to be running still when the probe's next sample sees the owner.
+    rid = running_response(client, 256)
     batches.server.reclaim_gpu(busy_s=4)
     # Cut, not failed: back to queued while the owner has the GPU.
     deadline = time.monotonic() + 10
-    while client.responses.retrieve(rid).status != "queued":
+    while (status := client.responses.retrieve(rid).status) != "queued":
+        assert status == "in_progress", f"the response ended ({status}) before the reclaim cut it"
         assert time.monotonic() < deadline, "the reclaim did not cut the response"
         time.sleep(0.05)
     assert_stored_and_billed_once(batches, client, rid)
