@@ -56,9 +56,10 @@ def serve(settings: Settings) -> int:
     logs.configure(settings.log_format, settings.log_level)
     settings.resolved_admin_key()  # a missing or empty key file: said now, not later
     from app.api_server_checks import refusal
+    from app.engine_process import refusal as engine_process_refusal
     from app.tenancy.cli import check_serve
 
-    problem = check_serve(settings) or refusal(settings)
+    problem = check_serve(settings) or refusal(settings) or engine_process_refusal(settings)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2

@@ -39,6 +39,10 @@ def build_engine(
         from dataclasses import replace
 
         config = replace(config, frontend=frontend)
+    if settings.engine_frontend_process:
+        from app.engine_process import remote_engine
+
+        return remote_engine(config)
     return VLLMEngine(config)
 
 
@@ -149,6 +153,11 @@ def build_pool(
     if engine is not None:
         pool.add(engine)
         return pool
+    from app.engine_process import refusal
+
+    problem = refusal(settings)
+    if problem is not None:
+        raise SystemExit(problem)
     specs = model_specs(settings)
     for spec in specs:
         model_engine = build_engine(

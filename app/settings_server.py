@@ -128,6 +128,18 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             "`0`: off (each replica lists and serves only its own)"
         ),
     ] = 2.0
+    engine_frontend_process: Annotated[
+        bool,
+        Flag(
+            "run the engine's frontend (chat templates, tokenization, vLLM's output "
+            "handling, detokenization, stop strings, reasoning and tool-call parsing) in a "
+            "process of its own beside the HTTP process, which then receives finished "
+            "deltas, one frame per engine step: less CPU per token in the HTTP process. "
+            "One model only; `--api-server-count` over 1 is refused with it; a sleeping "
+            "model wakes before the engine's checks run; no `vllm:` series on `/metrics` "
+            "(docs: Frontend capacity)"
+        ),
+    ] = False
     engine_metrics: Annotated[
         bool,
         Flag(

@@ -59,7 +59,7 @@ HOST_CALLS = frozenset(
 class _Slot:
     """One request's news since the last flush."""
 
-    __slots__ = ("accepted", "error", "ended", "generated", "outputs")
+    __slots__ = ("accepted", "ended", "error", "generated", "outputs")
 
     def __init__(self) -> None:
         self.outputs: list[GenerateOutput] = []
@@ -125,9 +125,9 @@ class ChildServer(asyncio.Protocol):
             task = self._loop.create_task(self._run(message.rid, request, message.tallied))
             self._tasks[message.rid] = task
         elif isinstance(message, Abort):
-            task = self._tasks.get(message.rid)
-            if task is not None:
-                task.cancel()  # closing the engine's stream aborts the request
+            running = self._tasks.get(message.rid)
+            if running is not None:
+                running.cancel()  # closing the engine's stream aborts the request
         elif isinstance(message, Call):
             self._loop.create_task(self._call(message))
 

@@ -138,7 +138,7 @@ class RemoteEngine:
         transport, _ = await loop.connect_accepted_socket(
             lambda: _Connection(self), sock=main_parent
         )
-        self._transport = transport  # type: ignore[assignment]  # a stream transport
+        self._transport = transport  # a stream transport
 
     def _send(self, message: Any) -> None:
         if self._transport is None or self._lost is not None:

@@ -6,7 +6,9 @@
 
 `ours-tuned` is our server with `--tuned-flags` added to its command line and
 `--tuned-env KEY=VALUE` (repeatable) to its environment: an engine setting measured
-against `vllm serve`'s defaults before it becomes ours.
+against `vllm serve`'s defaults before it becomes ours. `ours-process` is our server with
+`--engine-frontend-process true`; its frontend process's CPU is reported in a column of
+its own.
 
 Each server is started alone on 127.0.0.1 with the same engine flags (float32, eager,
 max-model-len 2048, the same KV cache and memory fraction), warmed up with one request,
@@ -58,6 +60,8 @@ def server_argv(kind: str, args: argparse.Namespace, model_dir: str, port: int) 
             argv += ["--max-concurrent", "1024", "--max-queued", "1024"]
         if kind == "ours-tuned":
             argv += shlex.split(args.tuned_flags)
+        if kind == "ours-process":  # the engine's frontend in a process of its own
+            argv += ["--engine-frontend-process", "true"]
         return argv
     # granian logs no access line: the same. `vllm-stats` keeps vLLM's stats on (its
     # Prometheus series and periodic log line), as our server keeps its `vllm:` series.
@@ -129,17 +133,20 @@ def run_server(kind: str, args: argparse.Namespace, model_dir: str) -> list[dict
         run_client(bench_argv(args, model_dir), port, 1, 1, f"{kind}-warmup", WARM_UP_SEED)
         http = server.http_process(granian=kind.startswith("ours"))
         engines = server.engine_processes()
+        frontends = frontend_processes(server)
         print(f"=== {kind}: HTTP pid {http.pid}, engine pids {[p.pid for p in engines]}")
         for concurrency, num_prompts in zip(args.concurrency, args.num_prompts, strict=True):
             load_before = os.getloadavg()[0]
             cpu0 = cpu_seconds(http)
             engine0 = sum(cpu_seconds(p) for p in engines)
+            frontend0 = sum(cpu_seconds(p) for p in frontends)
             seed = run_seed(concurrency)
             result = run_client(
                 bench_argv(args, model_dir), port, concurrency, num_prompts, kind, seed
             )
             result["http_cpu_s"] = cpu_seconds(http) - cpu0
             result["engine_cpu_s"] = sum(cpu_seconds(p) for p in engines) - engine0
+            result["frontend_cpu_s"] = sum(cpu_seconds(p) for p in frontends) - frontend0
             result.update(kind=kind, concurrency=concurrency, num_prompts=num_prompts)
             result["load_avg_1m"] = os.getloadavg()[0]
             result["load_avg_1m_before"] = load_before
@@ -147,6 +154,19 @@ def run_server(kind: str, args: argparse.Namespace, model_dir: str) -> list[dict
     finally:
         server.stop()
     return rows
+
+
+def frontend_processes(server: Server) -> list[Any]:
+    """The engine's frontend process of `--engine-frontend-process true` (engine.remote),
+    measured apart from the HTTP process and the engine core."""
+    found = []
+    for process in server.processes()[1:]:
+        try:
+            if "engine.remote.child" in " ".join(process.cmdline()):
+                found.append(process)
+        except Exception:  # gone meanwhile
+            continue
+    return found
 
 
 def run_offline(args: argparse.Namespace, model_dir: str) -> list[dict[str, Any]]:
@@ -223,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="ours,vllm,offline",
-        help="which to run, in order (also: ours-default, ours-noadmit, ours-tuned, vllm-stats)",
+        help="which to run, in order (also: ours-default, ours-noadmit, ours-tuned, "
+        "ours-process, vllm-stats)",
     )
     parser.add_argument(
         "--tuned-flags", default="", help="more lilac-serve flags for the ours-tuned run"

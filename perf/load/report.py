@@ -21,7 +21,9 @@ LABELS = {
     "ours-default": "lilac-serve, default admission limits",
     "ours-noadmit": "lilac-serve, admission skipped",
     "ours-tuned": "lilac-serve, tuned flags",
+    "ours-process": "lilac-serve --engine-frontend-process true",
     "vllm": "vllm serve",
+    "vllm-stats": "vllm serve, its stats on",
     "offline": "offline engine",
 }
 # (column title, row key or a function of the row); every column is also given as a ratio.
@@ -32,6 +34,11 @@ COLUMNS: list[tuple[str, Any]] = [
     ("TTFT p99 ms", "p99_ttft_ms"),
     ("TPOT p50 ms", "median_tpot_ms"),
     ("HTTP CPU s / 1k tok", lambda r: 1000 * r["http_cpu_s"] / max(r["total_output_tokens"], 1)),
+    # The engine's frontend process of `ours-process` (none elsewhere).
+    (
+        "frontend process CPU s / 1k tok",
+        lambda r: 1000 * r["frontend_cpu_s"] / max(r["total_output_tokens"], 1),
+    ),
     (
         "engine CPU s / 1k tok",
         lambda r: 1000 * r["engine_cpu_s"] / max(r["total_output_tokens"], 1),
@@ -74,18 +81,29 @@ def table(rows: list[dict[str, Any]]) -> str:
             values = " | ".join(_fmt(_value(row, key)) for _, key in COLUMNS)
             prompts = f"{row.get('completed', '?')}/{row['num_prompts']}"
             lines.append(f"| {concurrency} | {LABELS[kind]} | {prompts} | {values} |")
-        vllm = found["vllm"]
-        for kind, title in (("ours", "ours"), ("ours-tuned", "tuned")):
-            ours = found[kind]
-            if ours and vllm:
-                ratios = []
-                for _, key in RATIO_COLUMNS:
-                    a, b = _value(ours, key), _value(vllm, key)
-                    ratios.append(f"**{a / b:.2f}**" if a is not None and b else "-")
-                lines.append(
-                    f"| {concurrency} | {title} ÷ vllm serve | | " + " | ".join(ratios) + " | | |"
-                )
+        for reference in ("vllm", "vllm-stats"):
+            lines += _ratio_lines(found, reference, concurrency)
     return "\n".join(lines)
+
+
+def _ratio_lines(
+    found: dict[str, dict[str, Any] | None], reference: str, concurrency: int
+) -> list[str]:
+    lines = []
+    vllm = found[reference]
+    for kind, title in (("ours", "ours"), ("ours-tuned", "tuned"), ("ours-process", "process")):
+        ours = found[kind]
+        if ours and vllm:
+            ratios = []
+            for _, key in RATIO_COLUMNS:
+                a, b = _value(ours, key), _value(vllm, key)
+                ratios.append(f"**{a / b:.2f}**" if a is not None and b else "-")
+            lines.append(
+                f"| {concurrency} | {title} ÷ {LABELS[reference]} | | "
+                + " | ".join(ratios)
+                + " | | |"
+            )
+    return lines
 
 
 def _cpu_per_1k(rows: list[dict[str, Any]], kind: str) -> float | None:

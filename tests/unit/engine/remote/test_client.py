@@ -1,0 +1,126 @@
+"""RemoteEngine against a scripted engine in a child process: outputs, counts, errors,
+aborts, the host's calls, tokenize, and the child's death."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import pytest
+
+from engine.errors import ContextLengthExceeded, EngineFailure, EngineRequestError
+from engine.protocol import GenerateRequest, ModelInfo, SamplingOptions
+from engine.remote.client import RemoteEngine
+from engine.scripted import ScriptedEngine
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.prompt = 0
+        self.output = 0
+
+    def accepted(self, prompt_tokens: int) -> None:
+        self.prompt += prompt_tokens
+
+    def generated(self, tokens: int) -> None:
+        self.output += tokens
+
+
+def request(request_id: str = "r", max_tokens: int = 5, **kwargs: object) -> GenerateRequest:
+    sampling = SamplingOptions(max_tokens=max_tokens, ignore_eos=bool(kwargs.pop("long", False)))
+    return GenerateRequest(request_id, sampling, prompt="one two three", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[RemoteEngine]:
+    placeholder = ModelInfo(("scripted",), 0, 0, "scripted")
+    remote = RemoteEngine(
+        placeholder, ScriptedEngine, tokens=["a", "b", "c"], token_delay_s=0.01, max_model_len=64
+    )
+    await remote.start()
+    yield remote
+    await remote.shutdown()
+
+
+async def test_outputs_and_counts_arrive(engine: RemoteEngine) -> None:
+    assert engine.is_ready() and engine.model.max_model_len == 64
+    counts = Counts()
+    outputs = [o async for o in engine.generate(request(tally=counts))]
+    assert [o.choices[0].text for o in outputs] == ["a", "b", "c"]
+    assert outputs[-1].choices[0].finish_reason == "stop"
+    assert (counts.prompt, counts.output) == (3, 3)
+    assert engine.unfinished_requests() == 0
+
+
+async def test_concurrent_requests_each_get_their_own(engine: RemoteEngine) -> None:
+    async def texts(i: int) -> str:
+        return "".join(
+            [o.choices[0].text async for o in engine.generate(request(f"r{i}", long=True))]
+        )
+
+    assert await asyncio.gather(*(texts(i) for i in range(8))) == ["abcab"] * 8
+
+
+async def test_engine_errors_come_back_as_theirs(engine: RemoteEngine) -> None:
+    with pytest.raises(ContextLengthExceeded):
+        [o async for o in engine.generate(request(max_tokens=1000))]
+    with pytest.raises(EngineRequestError) as caught:
+        engine.detokenize([5000])
+    assert caught.value.param == "tokens"
+    assert engine.tokenize(prompt="a bb ccc") == [1, 2, 3]
+    assert engine.detokenize([1, 2]) == "x xx"
+
+
+async def test_before_run_runs_first(engine: RemoteEngine) -> None:
+    ran: list[str] = []
+
+    async def before() -> None:
+        ran.append("woke")
+
+    [o async for o in engine.generate(request(before_run=before))]
+    assert ran == ["woke"]
+
+
+async def test_closing_a_stream_aborts_and_its_counts_still_come(engine: RemoteEngine) -> None:
+    counts = Counts()
+    stream = engine.generate(request(max_tokens=50, long=True, tally=counts))
+    await stream.__anext__()
+    await stream.aclose()
+    for _ in range(100):
+        if engine.unfinished_requests() == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.unfinished_requests() == 0
+    assert counts.prompt == 3 and 1 <= counts.output < 50
+
+
+async def test_host_calls(engine: RemoteEngine) -> None:
+    await engine.pause()
+    await engine.resume()
+    assert await engine.release_memory() is True
+    await engine.reacquire_memory()
+    await engine.abort("nothing")
+
+
+async def test_a_dead_child_fails_streams_and_says_so(engine: RemoteEngine) -> None:
+    stream = engine.generate(request(max_tokens=50, long=True))
+    await stream.__anext__()
+    assert engine.pid is not None
+    os.kill(engine.pid, signal.SIGKILL)
+    with pytest.raises(EngineFailure):
+        async for _ in stream:
+            pass
+    assert not engine.is_alive() and not engine.is_ready()
+    failure = engine.failure()
+    assert failure is not None and "exited" in failure
+    assert engine.unfinished_requests() == 0
+
+
+async def test_signals_to_the_group_do_not_stop_the_child(engine: RemoteEngine) -> None:
+    assert engine.pid is not None
+    os.kill(engine.pid, signal.SIGTERM)
+    os.kill(engine.pid, signal.SIGINT)
+    await asyncio.sleep(0.2)
+    assert [o.choices[0].text async for o in engine.generate(request())] == ["a", "b", "c"]
