@@ -46,7 +46,9 @@ def test_the_engine_runs_in_a_child_of_the_http_process(process_server: Server) 
 
 def test_chat_answers(process_server: Server) -> None:
     answer = sdk(process_server).chat.completions.create(
-        model=DEFAULT_MODEL_NAME, messages=CHAT, max_tokens=16  # type: ignore[arg-type]
+        model=DEFAULT_MODEL_NAME,
+        messages=CHAT,
+        max_tokens=16,  # type: ignore[arg-type]
     )
     assert answer.choices[0].message.content
     assert answer.usage is not None and 0 < answer.usage.completion_tokens <= 16
