@@ -153,11 +153,6 @@ def build_pool(
     if engine is not None:
         pool.add(engine)
         return pool
-    from app.engine_process import refusal
-
-    problem = refusal(settings)
-    if problem is not None:
-        raise SystemExit(problem)
     specs = model_specs(settings)
     for spec in specs:
         model_engine = build_engine(

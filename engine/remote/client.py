@@ -240,7 +240,9 @@ class RemoteEngine:
         self._status = Status(alive=True, ready=False, failure=None)
 
     def is_alive(self) -> bool:
-        return self._lost is None and self._status.alive if not self._stopping else True
+        if self._stopping:
+            return True  # stopped on purpose: not a death
+        return self._lost is None and self._status.alive
 
     def is_ready(self) -> bool:
         return self._lost is None and self._status.ready and not self._stopping

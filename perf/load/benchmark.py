@@ -32,6 +32,8 @@ import sys
 import time
 from typing import Any
 
+import psutil
+
 from perf.harness.results import output
 from perf.harness.servers import Server, cpu_seconds, free_port, lilac_argv, vllm_argv
 from perf.load.report import report
@@ -164,7 +166,7 @@ def frontend_processes(server: Server) -> list[Any]:
         try:
             if "engine.remote.child" in " ".join(process.cmdline()):
                 found.append(process)
-        except Exception:  # gone meanwhile
+        except psutil.Error:  # gone meanwhile
             continue
     return found
 

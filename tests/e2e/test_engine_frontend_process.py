@@ -29,7 +29,8 @@ def process_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]
     try:
         yield server
     finally:
-        server.kill_all() if server.process.poll() is None else None
+        if server.process.poll() is None:
+            server.kill_all()
 
 
 def sdk(server: Server) -> openai.OpenAI:
