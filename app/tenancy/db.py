@@ -31,9 +31,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS, sqlite_pragmas
+
 DB_FILE = "lilac.db"
-# SQLite waits this long for another writer's lock before failing.
-BUSY_TIMEOUT_MS = 5000
 # Any fixed number: what every lilac-serve agrees to lock while it migrates.
 MIGRATION_LOCK_ID = 0x6C696C6163  # "lilac"
 # How long a replica waits for another's migration before giving up.
@@ -83,17 +83,6 @@ def create_engine(url: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncEngi
             sqlite_pragmas(dbapi_conn, busy_timeout_ms)
 
     return engine
-
-
-def sqlite_pragmas(dbapi_conn: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
-    """What every connection to the SQLite file sets (SQLAlchemy's and the usage
-    writer's own, app.tenancy.usage_sqlite)."""
-    cursor = dbapi_conn.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    # FULL: a committed usage row is on disk, not only in the OS's cache.
-    cursor.execute("PRAGMA synchronous=FULL")
-    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-    cursor.close()
 
 
 def check_sqlite_file(path: Path, *, must_exist: bool) -> None:

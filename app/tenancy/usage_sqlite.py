@@ -31,11 +31,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.db import BUSY_TIMEOUT_MS, sqlite_path, sqlite_pragmas
-from app.tenancy.usage import sqlite_insert
-
-# Rows in one INSERT (17 values each: well under SQLite's limit on a statement's values).
-ROWS_PER_STATEMENT = 64
+from app.tenancy.db import sqlite_path
+from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS, connect, insert_rows
 
 
 def direct_path(database: AsyncEngine) -> Path | None:
@@ -65,36 +62,9 @@ class SqliteInserts:
         await loop.run_in_executor(self._executor, self._insert, rows)
 
     def _insert(self, rows: list[tuple[Any, ...]]) -> None:
-        conn = self._connection()
-        if len(rows) <= ROWS_PER_STATEMENT:  # one statement: its own transaction
-            conn.execute(sqlite_insert(len(rows)), [value for row in rows for value in row])
-            return
-        conn.execute("BEGIN")
-        try:
-            for start in range(0, len(rows), ROWS_PER_STATEMENT):
-                chunk = rows[start : start + ROWS_PER_STATEMENT]
-                conn.execute(sqlite_insert(len(chunk)), [value for row in chunk for value in row])
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
-    def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            # No file is created here that SQLAlchemy's engine would not create too; a
-            # missing folder fails as it does there (sqlite3.OperationalError).
-            # Autocommit (isolation_level None): a statement outside BEGIN commits itself.
-            conn = sqlite3.connect(
-                self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None
-            )
-            try:
-                sqlite_pragmas(conn, self._busy_timeout_ms)
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        return self._conn
+            self._conn = connect(self.path, self._busy_timeout_ms)
+        insert_rows(self._conn, rows)
 
     async def close(self) -> None:
         """Close the connection (on its thread) and stop the thread."""

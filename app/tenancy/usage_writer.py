@@ -42,9 +42,10 @@ from app.tenancy.keys import KeyStore
 from app.tenancy.schema import usage, usage_dead_letter
 from app.tenancy.usage import SQLITE_INSERT, UsageRecord, _line, _parse, _row, _values
 from app.tenancy.usage_faults import fault, reason
+from app.tenancy.usage_process import ProcessInserts
 from app.tenancy.usage_refusals import RefusalCounts
 from app.tenancy.usage_spool import UsageSpool
-from app.tenancy.usage_sqlite import SqliteInserts, direct_path
+from app.tenancy.usage_sqlite import direct_path
 from engine.ticks import tick_delay
 
 log = logging.getLogger("lilac.usage")
@@ -83,8 +84,9 @@ class UsageWriter:
         self.spooled = 0
         self.dead_lettered = 0
         self._touched: dict[str, float] = {}  # key id -> created_at last written
-        # The SQLite file's own connection (app.tenancy.usage_sqlite), for `_direct_for`.
-        self._direct: SqliteInserts | None = None
+        # The SQLite file's own connection, in a child process of the writer's own
+        # (app.tenancy.usage_process), for `_direct_for`.
+        self._direct: ProcessInserts | None = None
         self._direct_for: AsyncEngine | None = None
 
     def start(self) -> None:
@@ -255,14 +257,14 @@ class UsageWriter:
         async with self.database.begin() as conn:
             await conn.execute(statement, [_row(record) for record in records])
 
-    async def _sqlite_inserts(self) -> SqliteInserts | None:
+    async def _sqlite_inserts(self) -> ProcessInserts | None:
         """The direct connection to the file behind `self.database` (made again when
         that engine is replaced), or None when it is not a SQLite file."""
         if self._direct_for is not self.database:
             await self._close_direct()
             self._direct_for = self.database
             path = direct_path(self.database)
-            self._direct = SqliteInserts(path) if path is not None else None
+            self._direct = ProcessInserts(path) if path is not None else None
         return self._direct
 
     async def _close_direct(self) -> None:

@@ -1,0 +1,61 @@
+"""What every connection to the SQLite file sets, and the usage writer's own connection
+and statements, in a module light enough for the usage writer's child process to import
+(no SQLAlchemy, no Alembic: app.tenancy.usage_process starts in a fraction of a second).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from app.tenancy.usage import sqlite_insert
+
+# SQLite waits this long for another writer's lock before failing.
+BUSY_TIMEOUT_MS = 5000
+# Rows in one INSERT (17 values each: well under SQLite's limit on a statement's values).
+ROWS_PER_STATEMENT = 64
+
+
+def sqlite_pragmas(dbapi_conn: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    """What every connection to the SQLite file sets (SQLAlchemy's and the usage
+    writer's own, app.tenancy.usage_sqlite and app.tenancy.usage_process)."""
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # FULL: a committed usage row is on disk, not only in the OS's cache.
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    cursor.close()
+
+
+def connect(path: Path | str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+    """The usage writer's connection: autocommit (isolation_level None: a statement
+    outside BEGIN commits itself), with the pragmas. No file is created here that
+    SQLAlchemy's engine would not create too; a missing folder fails as it does there
+    (sqlite3.OperationalError)."""
+    conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+    try:
+        sqlite_pragmas(conn, busy_timeout_ms)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def insert_rows(conn: sqlite3.Connection, rows: list[Any]) -> None:
+    """Insert usage rows (each a record's values in `FIELDS` order) and commit: one
+    statement, its own transaction, up to `ROWS_PER_STATEMENT` rows; more are several
+    statements in one explicit transaction. Returns once the commit has."""
+    if len(rows) <= ROWS_PER_STATEMENT:  # one statement: its own transaction
+        conn.execute(sqlite_insert(len(rows)), [value for row in rows for value in row])
+        return
+    conn.execute("BEGIN")
+    try:
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            conn.execute(sqlite_insert(len(chunk)), [value for row in chunk for value in row])
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

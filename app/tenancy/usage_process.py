@@ -1,0 +1,206 @@
+"""Usage rows into a SQLite file through a child process of the writer's own
+(app.tenancy.usage_child): one frame out and one back per group commit, over a socket
+pair, with no thread in the HTTP process.
+
+Why a process: with the commit on a thread of the HTTP process
+(app.tenancy.usage_sqlite), the SQLite thread and the event loop pass the GIL back and
+forth around every commit (each time the thread comes back from SQLite it waits for
+the GIL, up to the interpreter's switch interval while the loop is busy), and the two
+threads' sleeping and waking cost the worker more than the commit's own work: keys
+on, non-streamed, the worker served about 0.64-0.81 of the requests per CPU second it
+served keys off (docs/frontend.md, "Keys on through the server, counted"). A process
+shares no GIL: the event loop writes one frame, reads one reply when the commit is on
+disk, and never waits for SQLite's thread; the commit's CPU (SQLite, the fsync) is the
+child's, counted beside the worker's by `python -m perf frontend-ceiling`.
+
+Durability is the thread version's: the child opens the same file with the same
+pragmas (WAL, `synchronous=FULL`) in autocommit mode, and replies only once the commit
+has returned. A failure comes back as the same exception class (sqlite3's, or a
+builtin one such as OverflowError) with its message, so the usage writer tells a
+refused row from a database that is down exactly as before. If the child dies, the
+commit in flight raises sqlite3.OperationalError (the writer spools its rows, as when
+the database is down) and the next insert starts a fresh child. Where no child can be
+started (an OSError from the spawn), the thread version does the work instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import logging
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS
+from app.tenancy.usage_child import HEADER, Done, Insert, frame
+
+log = logging.getLogger("lilac.usage")
+
+CHILD_MODULE = "app.tenancy.usage_child"
+# How long `close` waits for the child to end after its socket closed, before a kill.
+CLOSE_WAIT_S = 5.0
+_POLL_S = 0.005
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Done)
+
+
+class ProcessInserts:
+    """Inserts usage rows (each a record's values in `FIELDS` order) and commits them,
+    in a child process started on first use; one insert at a time."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+        self.path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._child: _Child | None = None
+        self._lock = asyncio.Lock()
+        self._fallback: Any = None  # app.tenancy.usage_sqlite.SqliteInserts, if no child
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id, while one runs."""
+        return None if self._child is None else self._child.process.pid
+
+    async def insert(self, rows: list[tuple[Any, ...]]) -> None:
+        if self._fallback is not None:
+            await self._fallback.insert(rows)
+            return
+        payload = frame(_encoder.encode(Insert(rows)))  # TypeError etc. as the driver's
+        async with self._lock:
+            child = self._child
+            if child is None:
+                try:
+                    child = self._child = await _Child.start(self.path, self._busy_timeout_ms)
+                except OSError as exc:
+                    await self._fall_back(exc).insert(rows)
+                    return
+            try:
+                reply = await child.exchange(payload)
+            except (OSError, asyncio.IncompleteReadError) as exc:
+                self._child = None
+                child.discard()
+                code = child.process.poll()
+                status = "" if code is None else f", status {code}"
+                raise sqlite3.OperationalError(
+                    f"the usage writer's process ended ({type(exc).__name__}{status})"
+                ) from exc
+            except BaseException:
+                # Cancelled between the frame and its reply: that reply would be read
+                # as the next insert's. The child finishes this commit and ends.
+                self._child = None
+                child.discard()
+                raise
+        if reply.error is not None:
+            raise _error(reply.error, reply.message)
+
+    def _fall_back(self, exc: OSError) -> Any:
+        from app.tenancy.usage_sqlite import SqliteInserts
+
+        log.warning("usage: cannot start the usage writer's process (%s); writing on a thread", exc)
+        self._fallback = SqliteInserts(self.path, self._busy_timeout_ms)
+        return self._fallback
+
+    async def close(self) -> None:
+        """End the child (its socket closes; it exits) and wait until it has."""
+        async with self._lock:
+            child, self._child = self._child, None
+            if child is not None:
+                await child.stop()
+            fallback, self._fallback = self._fallback, None
+            if fallback is not None:
+                await fallback.close()
+
+
+class _Child:
+    """One child process and the parent's end of its socket, as asyncio streams."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.process = process
+        self._reader = reader
+        self._writer = writer
+
+    @classmethod
+    async def start(cls, path: Path, busy_timeout_ms: int) -> _Child:
+        parent_sock, child_sock = socket.socketpair()
+        try:
+            fd = child_sock.fileno()
+            process = subprocess.Popen(
+                [sys.executable, "-m", CHILD_MODULE, str(fd), str(path), str(busy_timeout_ms)],
+                pass_fds=(fd,),
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            parent_sock.close()
+            raise
+        finally:
+            child_sock.close()
+        try:
+            reader, writer = await asyncio.open_connection(sock=parent_sock)
+        except BaseException:
+            parent_sock.close()
+            process.kill()
+            _reap(process)
+            raise
+        return cls(process, reader, writer)
+
+    async def exchange(self, payload: bytes) -> Done:
+        """Send one frame; the reply, once the child has committed."""
+        self._writer.write(payload)
+        await self._writer.drain()
+        header = await self._reader.readexactly(HEADER.size)
+        body = await self._reader.readexactly(HEADER.unpack(header)[0])
+        return _decoder.decode(body)
+
+    def discard(self) -> None:
+        """Close the socket without waiting; the child is reaped once it has ended."""
+        self._writer.close()
+        _reap(self.process)
+
+    async def stop(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+        waited = 0.0
+        while self.process.poll() is None:
+            if waited >= CLOSE_WAIT_S:
+                log.warning("usage: the usage writer's process did not end; killing it")
+                self.process.kill()
+                waited = -CLOSE_WAIT_S  # and wait for that as long again
+            await asyncio.sleep(_POLL_S)
+            waited += _POLL_S
+
+
+def _reap(process: subprocess.Popen[bytes], waited: float = 0.0) -> None:
+    """Collect the child's exit status without blocking the event loop: polled until it
+    has ended (killed after `CLOSE_WAIT_S`)."""
+    if process.poll() is not None:
+        return
+    if waited >= CLOSE_WAIT_S:
+        process.kill()
+        waited = -CLOSE_WAIT_S
+    with contextlib.suppress(RuntimeError):  # no running loop: Popen reaps it later
+        asyncio.get_running_loop().call_later(_POLL_S * 10, _reap, process, waited + _POLL_S * 10)
+
+
+def _error(name: str, message: str) -> Exception:
+    """The exception the child's commit raised, as the same class: sqlite3's errors and
+    the builtin ones the driver raises for a value (OverflowError, TypeError...)."""
+    kind = getattr(sqlite3, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, sqlite3.Error)):
+        kind = getattr(builtins, name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        with contextlib.suppress(Exception):
+            return kind(message)
+    return sqlite3.DatabaseError(f"{name}: {message}")
