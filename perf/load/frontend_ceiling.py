@@ -12,6 +12,10 @@ The server is `python -m perf scripted-app` (granian, one worker, uvloop). With
 `--workers N` it runs N granian workers, each with its own scripted engine; the CPU is
 summed over them, and "per core" is per CPU second of all of them together (what one
 process gives per core it keeps busy), beside each worker's own share of the CPU.
+
+With `--keys` each worker commits usage rows in a child process of its own
+(app.tenancy.usage_child): its CPU is counted apart (`writer_cpu_s`), and "per core,
+with the writer" is per CPU second of the workers and their writers together.
 """
 
 from __future__ import annotations
@@ -130,6 +134,11 @@ class Result:
     requests_per_cpu_s: float
     worker_cpu_s: list[float]  # each worker's own CPU seconds
     load_avg_1m: float = 0.0
+    # The usage writers' child processes (with --keys): their CPU seconds, and the
+    # figures per CPU second of the workers and those children together.
+    writer_cpu_s: float = 0.0
+    tokens_per_cpu_s_with_writer: float = 0.0
+    requests_per_cpu_s_with_writer: float = 0.0
     # Per thread of the worker (by name): CPU seconds, voluntary and involuntary
     # context switches over the run; with --keys, usage rows per group commit (one
     # worker only: /metrics answers for the worker that takes the scrape).
@@ -146,12 +155,18 @@ def measure(
     one = len(workers) == 1
     usage0 = _usage_counts(port) if one else (0.0, 0.0)
     threads0 = [_thread_stats(worker.pid) for worker in workers]
+    writers0 = _writer_cpu(workers)
     before = [cpu_seconds(worker) for worker in workers]
     client0, t0 = cpu_seconds(me), time.perf_counter()
     tally = asyncio.run(drive(port, concurrency, tokens, stream, seconds))
     wall = time.perf_counter() - t0
     each = [cpu_seconds(worker) - start for worker, start in zip(workers, before, strict=True)]
     cpu, client = sum(each), cpu_seconds(me) - client0
+    writers1 = _writer_cpu(workers)
+    # A writer that started during the run counts from zero; one that ended is lost
+    # (none does: a writer lives as long as its worker, unless it dies).
+    writer = sum(value - writers0.get(pid, 0.0) for pid, value in writers1.items())
+    whole = cpu + writer
     threads: dict[str, list[float]] = {}
     for index, (worker, start) in enumerate(zip(workers, threads0, strict=True)):
         prefix = "" if one else f"worker-{index + 1} "
@@ -176,9 +191,25 @@ def measure(
         requests_per_cpu_s=round(tally.requests / cpu, 1) if cpu else 0,
         worker_cpu_s=[round(value, 2) for value in each],
         load_avg_1m=round(os.getloadavg()[0], 2),
+        writer_cpu_s=round(writer, 2),
+        tokens_per_cpu_s_with_writer=round(tally.tokens / whole) if whole else 0,
+        requests_per_cpu_s_with_writer=round(tally.requests / whole, 1) if whole else 0,
         threads=threads,
         rows_per_commit=round((usage[0] - usage0[0]) / commits, 1) if commits else None,
     )
+
+
+def _writer_cpu(workers: list[psutil.Process]) -> dict[int, float]:
+    """CPU seconds so far of each worker's usage-writer child, by process id."""
+    out: dict[int, float] = {}
+    for worker in workers:
+        for child in worker.children(recursive=True):
+            try:
+                if "app.tenancy.usage_child" in " ".join(child.cmdline()):
+                    out[child.pid] = cpu_seconds(child)
+            except psutil.Error:
+                continue  # ended meanwhile
+    return out
 
 
 def _thread_stats(pid: int) -> dict[str, tuple[str, float, int, int]]:
@@ -234,8 +265,10 @@ def _usage_counts(port: int) -> tuple[float, float]:
 def table(results: list[Result]) -> str:
     lines = [
         "| scenario | workers | conc. | tokens/req | tokens/s | req/s | HTTP-process CPU s "
-        "(each) | tokens/s per core | req/s per core | client CPU s | load |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "(each) | tokens/s per core | req/s per core | writer CPU s | tokens/s per core, "
+        "with the writer | req/s per core, with the writer | client CPU s | load |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+        "---: | ---: |",
     ]
     for r in results:
         each = " + ".join(str(value) for value in r.worker_cpu_s)
@@ -243,7 +276,8 @@ def table(results: list[Result]) -> str:
             f"| {r.scenario} | {r.workers} | {r.concurrency} | {r.tokens_per_request} | "
             f"{r.tokens_per_s:,} | {r.requests_per_s:,} | {r.server_cpu_s} ({each}) / "
             f"{r.wall_s} s | {r.tokens_per_cpu_s:,} | {r.requests_per_cpu_s:,} | "
-            f"{r.client_cpu_s} | {r.load_avg_1m} |"
+            f"{r.writer_cpu_s} | {r.tokens_per_cpu_s_with_writer:,} | "
+            f"{r.requests_per_cpu_s_with_writer:,} | {r.client_cpu_s} | {r.load_avg_1m} |"
         )
     return "\n".join(lines)
 
