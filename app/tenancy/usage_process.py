@@ -20,7 +20,8 @@ builtin one such as OverflowError) with its message, so the usage writer tells a
 refused row from a database that is down exactly as before. If the child dies, the
 commit in flight raises sqlite3.OperationalError (the writer spools its rows, as when
 the database is down) and the next insert starts a fresh child. Where no child can be
-started (an OSError from the spawn), the thread version does the work instead.
+started (an OSError from the spawn, or a child that ends before its first answer), the
+thread version does the work instead.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import asyncio
 import builtins
 import contextlib
 import logging
+import os
 import socket
 import sqlite3
 import subprocess
@@ -74,12 +76,17 @@ class ProcessInserts:
             return
         payload = frame(_encoder.encode(Insert(rows)))  # TypeError etc. as the driver's
         async with self._lock:
+            loop = asyncio.get_running_loop()
             child = self._child
+            if child is not None and child.loop is not loop:  # a tool's second asyncio.run
+                self._child = None
+                child.discard()
+                child = None
             if child is None:
                 try:
                     child = self._child = await _Child.start(self.path, self._busy_timeout_ms)
                 except OSError as exc:
-                    await self._fall_back(exc).insert(rows)
+                    await self._fall_back(str(exc)).insert(rows)
                     return
             try:
                 reply = await child.exchange(payload)
@@ -88,6 +95,12 @@ class ProcessInserts:
                 child.discard()
                 code = child.process.poll()
                 status = "" if code is None else f", status {code}"
+                if not child.answered:
+                    # It never answered: it cannot start here (its interpreter or its
+                    # imports fail). The rows are the same rows: `request_id` is unique.
+                    why = f"it ended before its first answer{status}"
+                    await self._fall_back(why).insert(rows)
+                    return
                 raise sqlite3.OperationalError(
                     f"the usage writer's process ended ({type(exc).__name__}{status})"
                 ) from exc
@@ -100,10 +113,10 @@ class ProcessInserts:
         if reply.error is not None:
             raise _error(reply.error, reply.message)
 
-    def _fall_back(self, exc: OSError) -> Any:
+    def _fall_back(self, why: str) -> Any:
         from app.tenancy.usage_sqlite import SqliteInserts
 
-        log.warning("usage: cannot start the usage writer's process (%s); writing on a thread", exc)
+        log.warning("usage: cannot start the usage writer's process (%s); writing on a thread", why)
         self._fallback = SqliteInserts(self.path, self._busy_timeout_ms)
         return self._fallback
 
@@ -124,10 +137,14 @@ class _Child:
     def __init__(
         self,
         process: subprocess.Popen[bytes],
+        sock: socket.socket,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
         self.process = process
+        self._sock = sock
+        self.loop = asyncio.get_running_loop()
+        self.answered = False  # whether a reply came: the child did start
         self._reader = reader
         self._writer = writer
 
@@ -140,6 +157,7 @@ class _Child:
                 [sys.executable, "-m", CHILD_MODULE, str(fd), str(path), str(busy_timeout_ms)],
                 pass_fds=(fd,),
                 stdin=subprocess.DEVNULL,
+                env=_child_env(),
             )
         except BaseException:
             parent_sock.close()
@@ -153,7 +171,7 @@ class _Child:
             process.kill()
             _reap(process)
             raise
-        return cls(process, reader, writer)
+        return cls(process, parent_sock, reader, writer)
 
     async def exchange(self, payload: bytes) -> Done:
         """Send one frame; the reply, once the child has committed."""
@@ -161,17 +179,28 @@ class _Child:
         await self._writer.drain()
         header = await self._reader.readexactly(HEADER.size)
         body = await self._reader.readexactly(HEADER.unpack(header)[0])
+        self.answered = True
         return _decoder.decode(body)
 
     def discard(self) -> None:
         """Close the socket without waiting; the child is reaped once it has ended."""
-        self._writer.close()
+        self._close()
         _reap(self.process)
 
+    def _close(self) -> bool:
+        """Close the socket: through its transport on its own loop (True), else the
+        socket itself (its loop is another, or closed: the transport cannot)."""
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is self.loop and not self.loop.is_closed():
+                self._writer.close()
+                return True
+        self._sock.close()
+        return False
+
     async def stop(self) -> None:
-        self._writer.close()
-        with contextlib.suppress(OSError):
-            await self._writer.wait_closed()
+        if self._close():
+            with contextlib.suppress(OSError):
+                await self._writer.wait_closed()
         waited = 0.0
         while self.process.poll() is None:
             if waited >= CLOSE_WAIT_S:
@@ -180,6 +209,14 @@ class _Child:
                 waited = -CLOSE_WAIT_S  # and wait for that as long again
             await asyncio.sleep(_POLL_S)
             waited += _POLL_S
+
+
+def _child_env() -> dict[str, str]:
+    """The parent's environment, with the folder this package was imported from first on
+    the child's path: the child runs this same code, however the parent found it."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else root + os.pathsep + path}
 
 
 def _reap(process: subprocess.Popen[bytes], waited: float = 0.0) -> None:

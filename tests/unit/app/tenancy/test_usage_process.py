@@ -178,3 +178,33 @@ async def test_where_no_child_starts_the_rows_go_through_a_thread(
     assert inserts.pid is None
     assert ids(path) == ["again", "threaded"]
     await inserts.close()
+
+
+async def test_a_child_that_ends_before_answering_leaves_the_rows_to_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that cannot start (its interpreter or imports fail) is not a database
+    that is down: the same rows go through the thread version, at once."""
+    from app.tenancy import usage_process
+
+    path = await migrated(tmp_path)
+    monkeypatch.setattr(usage_process, "CHILD_MODULE", "app.tenancy.no_such_module")
+    inserts = ProcessInserts(path)
+    await inserts.insert([_values(record("threaded"))])
+    await inserts.insert([_values(record("again"))])
+    assert inserts.pid is None
+    assert ids(path) == ["again", "threaded"]
+    await inserts.close()
+
+
+def test_a_second_event_loop_gets_a_child_of_its_own(tmp_path: Path) -> None:
+    """A tool that runs `asyncio.run` twice with one writer: the first loop's socket is
+    not used from the second."""
+    path = asyncio.run(migrated(tmp_path))
+    inserts = ProcessInserts(path)
+    asyncio.run(inserts.insert([_values(record("first"))]))
+    first = inserts.pid
+    asyncio.run(inserts.insert([_values(record("second"))]))
+    assert inserts.pid not in (None, first)
+    asyncio.run(inserts.close())
+    assert ids(path) == ["first", "second"]
