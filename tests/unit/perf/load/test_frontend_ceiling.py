@@ -1,0 +1,32 @@
+"""The frontend ceiling counts the usage writer's child process beside the worker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from app.tenancy.db import open_database
+from app.tenancy.usage import _values
+from app.tenancy.usage_process import ProcessInserts
+from perf.load.frontend_ceiling import _writer_cpu
+from tests.unit.app.tenancy.test_usage_bounded import record
+
+
+async def test_the_writer_cpu_is_its_usage_child_s_only(tmp_path: Path) -> None:
+    path = tmp_path / "lilac.db"
+    await (await open_database(f"sqlite:///{path}")).dispose()
+    inserts = ProcessInserts(path)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        await inserts.insert([_values(record(f"r-{i}")) for i in range(200)])
+        counted = _writer_cpu([psutil.Process()])
+        assert set(counted) == {inserts.pid}  # not the other child
+        assert counted[inserts.pid] > 0
+    finally:
+        other.kill()
+        other.wait()
+        await inserts.close()
+    assert _writer_cpu([psutil.Process()]) == {}
