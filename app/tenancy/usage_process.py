@@ -13,8 +13,9 @@ shares no GIL: the event loop writes one frame, reads one reply when the commit 
 disk, and never waits for SQLite's thread; the commit's CPU (SQLite, the fsync) is the
 child's, counted beside the worker's by `python -m perf frontend-ceiling`. Measured so
 (docs/frontend.md, "Keys on: the commit in a process of its own"): keys on,
-non-streamed, the worker went from 0.79 of keys off with the thread to 0.86-0.88, and
-0.82-0.83 with the child's CPU counted beside it.
+non-streamed, the worker went from 0.77-0.83 of keys off with the thread to 0.87-0.90,
+and 0.82-0.84 with the child's CPU counted beside it (about the same CPU a request in
+all: the gain is the worker's own time, which bounds one worker).
 
 Durability is the thread version's: the child opens the same file with the same
 pragmas (WAL, `synchronous=FULL`) in autocommit mode, and replies only once the commit

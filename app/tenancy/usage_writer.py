@@ -25,9 +25,9 @@ On a SQLite file, the commits run in a child process of the writer's own
 commit, with the same durability (WAL, `synchronous=FULL`, the reply once the commit
 has returned). Why a process and not a thread: a thread shares the GIL with the event
 loop, and handing each commit to it and back cost the worker more CPU than the commit
-itself (keys on, non-streamed, 0.79 of the requests per CPU second of keys off through
-the server, against 0.86-0.88 with the process; docs/frontend.md, "Keys on: the commit
-in a process of its own"). Where no child can be started, the thread does the work
+itself (keys on, non-streamed, 0.77-0.83 of the requests per CPU second of keys off
+through the server, against 0.87-0.90 with the process; docs/frontend.md, "Keys on: the
+commit in a process of its own"). Where no child can be started, the thread does the work
 (app.tenancy.usage_sqlite).
 
 Refused requests (nothing generated) are not rows: `refuse` counts them
