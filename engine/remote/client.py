@@ -10,6 +10,9 @@ the engine's own checks run, not after them (the one difference from an engine r
 process). `tokenize` and `detokenize` are a blocking round trip on a socket of their
 own, answered by a thread of the engine's process.
 
+`metrics_exposition` reads the engine's Prometheus series (vLLM's `vllm:` ones, kept in
+the engine's process) over the same round trip as the host's calls, at each scrape.
+
 When the engine's process exits, every stream ends with `EngineFailure`, `is_alive`
 turns false and `failure` says so, as when an engine core dies.
 """
@@ -34,7 +37,7 @@ from typing import Any
 import msgspec
 
 from engine.checks import require_ready
-from engine.errors import EngineFailure, EngineUnavailable
+from engine.errors import EngineError, EngineFailure, EngineUnavailable
 from engine.protocol import GenerateOutput, GenerateRequest, ModelInfo, Tally
 from engine.remote.frames import (
     Abort,
@@ -56,6 +59,7 @@ log = logging.getLogger("lilac.engine")
 
 CHILD_MODULE = "engine.remote.child"
 SHUTDOWN_TIMEOUT_S = 90.0  # vLLM's own shutdown waits for its engine core to stop
+METRICS_TIMEOUT_S = 5.0  # a scrape of `/metrics` waits this long for the engine's series
 
 
 class _Stream:
@@ -115,6 +119,7 @@ class RemoteEngine:
         self._status = Status(alive=True, ready=False, failure=None)
         self._lost: str | None = None
         self._stopping = False
+        self._started = False
 
     # -- the child process
 
@@ -219,6 +224,7 @@ class RemoteEngine:
         value = await self._call("start")
         self._model = msgspec.convert(value, ModelInfo)
         self._status = Status(alive=True, ready=True, failure=None)
+        self._started = True
 
     async def shutdown(self) -> None:
         process = self._process
@@ -306,6 +312,19 @@ class RemoteEngine:
 
     async def reacquire_memory(self) -> None:
         await self._call("reacquire_memory")
+
+    async def metrics_exposition(self) -> str:
+        """The engine's series, read from its process (engine.remote.child); empty
+        before it has started, once it has stopped, or when it does not answer in time
+        (the scrape still gets the HTTP process's own)."""
+        if not self._started or self._stopping or self._lost is not None:
+            return ""
+        try:
+            value = await asyncio.wait_for(self._call("metrics_exposition"), METRICS_TIMEOUT_S)
+        except (EngineError, TimeoutError) as exc:
+            log.warning("the engine process's series were not read: %r", exc)
+            return ""
+        return str(value)
 
     # -- Generator
 

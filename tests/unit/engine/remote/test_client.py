@@ -1,5 +1,5 @@
 """RemoteEngine against a scripted engine in a child process: outputs, counts, errors,
-aborts, the host's calls, tokenize, and the child's death."""
+aborts, the host's calls, tokenize, the engine's series, and the child's death."""
 
 from __future__ import annotations
 
@@ -31,6 +31,18 @@ class Counts:
 def request(request_id: str = "r", max_tokens: int = 5, **kwargs: object) -> GenerateRequest:
     sampling = SamplingOptions(max_tokens=max_tokens, ignore_eos=bool(kwargs.pop("long", False)))
     return GenerateRequest(request_id, sampling, prompt="one two three", **kwargs)  # type: ignore[arg-type]
+
+
+def engine_with_series(**kwargs: object) -> ScriptedEngine:
+    """A scripted engine whose process's registry holds a `vllm:` family, as vLLM's stat
+    logger's would, and one of another name (built in the child)."""
+    from prometheus_client import Counter
+
+    Counter("vllm:scripted_steps", "steps, as vLLM names its series", ["model_name"]).labels(
+        "scripted"
+    ).inc(3)
+    Counter("child_only_things", "not the engine's: stays in the child")
+    return ScriptedEngine(**kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -102,6 +114,27 @@ async def test_host_calls(engine: RemoteEngine) -> None:
     assert await engine.release_memory() is True
     await engine.reacquire_memory()
     await engine.abort("nothing")
+
+
+async def test_the_engines_series_come_from_its_process_and_only_those() -> None:
+    placeholder = ModelInfo(("scripted",), 0, 0, "scripted")
+    remote = RemoteEngine(placeholder, engine_with_series, tokens=["a"])
+    assert await remote.metrics_exposition() == ""  # not started: nothing to ask
+    await remote.start()
+    try:
+        text = await remote.metrics_exposition()
+        assert 'vllm:scripted_steps_total{model_name="scripted"} 3.0' in text
+        assert "# TYPE vllm:scripted_steps_total counter" in text
+        assert "child_only_things" not in text
+        assert "process_" not in text and "python_" not in text  # the child's own
+    finally:
+        await remote.shutdown()
+    assert await remote.metrics_exposition() == ""
+
+
+async def test_an_engine_in_process_keeps_no_series_apart(engine: RemoteEngine) -> None:
+    assert await ScriptedEngine().metrics_exposition() == ""
+    assert await engine.metrics_exposition() == ""  # its child's registry has no `vllm:`
 
 
 async def test_a_dead_child_fails_streams_and_says_so(engine: RemoteEngine) -> None:
