@@ -148,6 +148,7 @@ class ChildServer(asyncio.Protocol):
             request = pickle.loads(message.request)
             task = self._loop.create_task(self._run(message.rid, request, message.tallied))
             self._tasks[message.rid] = task
+            task.add_done_callback(lambda _, rid=message.rid: self._ended(rid))
         elif isinstance(message, Abort):
             running = self._tasks.get(message.rid)
             if running is not None:
@@ -175,6 +176,12 @@ class ChildServer(asyncio.Protocol):
         ]
         self._send(Batch(entries))
 
+    def _ended(self, rid: int) -> None:
+        """A task aborted before it ever ran never reaches `_run`'s `finally`: its end is
+        sent from here, so the HTTP process stops waiting for it."""
+        if self._tasks.pop(rid, None) is not None:
+            self.slot(rid).ended = True
+
     async def _run(self, rid: int, request: GenerateRequest, tallied: bool) -> None:
         if tallied:
             request.tally = _Tally(self, rid)
@@ -188,7 +195,7 @@ class ChildServer(asyncio.Protocol):
         except Exception as exc:
             error = error_info(exc)
         finally:
-            del self._tasks[rid]
+            self._tasks.pop(rid, None)
             slot = self.slot(rid)
             slot.ended = True
             slot.error = error

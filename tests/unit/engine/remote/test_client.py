@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from engine.errors import ContextLengthExceeded, EngineFailure, EngineRequestError
-from engine.protocol import GenerateRequest, ModelInfo, SamplingOptions
+from engine.protocol import GenerateOutput, GenerateRequest, ModelInfo, SamplingOptions
 from engine.remote.client import RemoteEngine
 from engine.scripted import ScriptedEngine
 
@@ -100,12 +100,59 @@ async def test_closing_a_stream_aborts_and_its_counts_still_come(engine: RemoteE
     stream = engine.generate(request(max_tokens=50, long=True, tally=counts))
     await stream.__anext__()
     await stream.aclose()
-    for _ in range(100):
-        if engine.unfinished_requests() == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert engine.unfinished_requests() == 0
+    # Counted when the close returns (the usage record is read then), nothing left held.
     assert counts.prompt == 3 and 1 <= counts.output < 50
+    assert engine.unfinished_requests() == 0
+
+
+class CountsAsItCloses(ScriptedEngine):
+    """Counts 7 more tokens as a stream closes early, as the vLLM engine counts those it
+    made that nobody read: the child sends them only after the abort has come."""
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:  # type: ignore[override]
+        finished = False
+        try:
+            async for output in super().generate(request):
+                yield output
+            finished = True
+        finally:
+            if not finished and request.tally is not None:
+                request.tally.generated(7)
+
+
+async def test_a_closed_stream_has_the_counts_made_as_it_closed() -> None:
+    placeholder = ModelInfo(("scripted",), 0, 0, "scripted")
+    remote = RemoteEngine(placeholder, CountsAsItCloses, tokens=["a", "b"], token_delay_s=0.05)
+    await remote.start()
+    try:
+        counts = Counts()
+        stream = remote.generate(request(max_tokens=50, long=True, tally=counts))
+        await stream.__anext__()
+        await stream.aclose()
+        assert counts.output >= 1 + 7  # what was read, and what the close counted
+        assert remote.unfinished_requests() == 0
+    finally:
+        await remote.shutdown()
+
+
+async def test_a_stream_aborted_before_the_child_ran_it_ends_at_once(
+    engine: RemoteEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its abort may reach the child before the request's task there has run once."""
+    from engine.remote import client
+
+    monkeypatch.setattr(client, "ABORT_WAIT_S", 3.0)
+    loop = asyncio.get_running_loop()
+    for _ in range(20):
+        stream = engine.generate(request(max_tokens=50, long=True, tally=Counts()))
+        first = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)  # sent
+        first.cancel()
+        started = loop.time()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert loop.time() - started < 2.0  # the child said it ended: no wait to the bound
+        assert engine.unfinished_requests() == 0
 
 
 async def test_host_calls(engine: RemoteEngine) -> None:
