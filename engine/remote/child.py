@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import pickle
@@ -148,7 +149,7 @@ class ChildServer(asyncio.Protocol):
             request = pickle.loads(message.request)
             task = self._loop.create_task(self._run(message.rid, request, message.tallied))
             self._tasks[message.rid] = task
-            task.add_done_callback(lambda _, rid=message.rid: self._ended(rid))
+            task.add_done_callback(functools.partial(self._ended, message.rid))
         elif isinstance(message, Abort):
             running = self._tasks.get(message.rid)
             if running is not None:
@@ -176,7 +177,7 @@ class ChildServer(asyncio.Protocol):
         ]
         self._send(Batch(entries))
 
-    def _ended(self, rid: int) -> None:
+    def _ended(self, rid: int, _: asyncio.Task[None]) -> None:
         """A task aborted before it ever ran never reaches `_run`'s `finally`: its end is
         sent from here, so the HTTP process stops waiting for it."""
         if self._tasks.pop(rid, None) is not None:
