@@ -17,6 +17,9 @@ from tests.e2e.test_engine_frontend_process import runs_engine_apart
 def _series(base_url: str, headers: dict[str, str] | None = None) -> set[str]:
     response = httpx.get(f"{base_url}/metrics", headers=headers or {}, timeout=30)
     assert response.status_code == 200, response.text
+    # One exposition: no family twice (the HTTP process's and the engine's differ).
+    types = [line for line in response.text.splitlines() if line.startswith("# TYPE ")]
+    assert len(types) == len(set(types)), sorted(t for t in types if types.count(t) > 1)
     names = set()
     for line in response.text.splitlines():
         if line and not line.startswith("#"):
