@@ -1,6 +1,6 @@
 """The harnesses that split the HTTP process's CPU per token: the `vllm serve` command
-lines of the comparison and where ours runs the engine's frontend, the layer a profiled stack goes to, and the AsyncLLM-only
-floor's request shapes and CPU reading."""
+lines of the comparison and where ours runs the engine's frontend, the layer a profiled
+stack goes to, and the AsyncLLM-only floor's request shapes and CPU reading."""
 
 from __future__ import annotations
 
