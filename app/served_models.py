@@ -24,12 +24,16 @@ def build_engine(
     prometheus_stats: bool = True,
     engines: int = 1,
     frontend: Frontend | None = None,
+    apart: bool | None = None,
 ) -> Engine:
     """The vLLM engine the settings describe, with CPU defaults when there is no GPU.
     `sleep_mode` builds it with vLLM's sleep mode on a GPU (to sleep between requests);
     `prometheus_stats` gives it vLLM's `vllm:` series, labelled with its model;
     `engines` is how many this server builds (they share the CPU's free memory);
-    `frontend`: connect to a shared engine core as that client (`--api-server-count`)."""
+    `frontend`: connect to a shared engine core as that client (`--api-server-count`);
+    `apart`: run it in a process of its own (`--engine-frontend-process`); None: as the
+    settings say (app.engine_process.runs_apart)."""
+    from app.engine_process import runs_apart
     from engine.vllm_backend.engine import VLLMEngine
 
     config = engine_config(
@@ -39,7 +43,9 @@ def build_engine(
         from dataclasses import replace
 
         config = replace(config, frontend=frontend)
-    if settings.engine_frontend_process:
+    if apart is None:
+        apart = frontend is None and runs_apart(settings)
+    if apart:
         from app.engine_process import remote_engine
 
         return remote_engine(config)
@@ -153,13 +159,18 @@ def build_pool(
     if engine is not None:
         pool.add(engine)
         return pool
+    from app.engine_process import runs_apart
+
     specs = model_specs(settings)
+    # Decided for the server, not per model: each model's own settings name one model.
+    apart = frontend is None and runs_apart(settings)
     for spec in specs:
         model_engine = build_engine(
             engine_settings(settings, spec),
             sleep_mode=len(specs) > 1,
             engines=len(specs),
             frontend=frontend,
+            apart=apart,
         )
         keep_alive = -1.0 if spec.keep_alive is None else spec.keep_alive
         pool.add(model_engine, WarmConfig(keep_alive, spec.memory_gib, spec.pinned))

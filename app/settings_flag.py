@@ -37,6 +37,20 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
 
 
+def _auto_bool(text: str) -> str:
+    """`auto`, or a boolean as `_bool` reads it, said `true` or `false`."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return "true" if _bool(text) else "false"
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected `auto` or a boolean, got {text!r}") from None
+
+
+# What a flag given alone on the command line means, by its reader: a boolean's true.
+ALONE: dict[Callable[[str], object], object] = {_bool: True, _auto_bool: "true"}
+
+
 def _one(text: str) -> tuple[str, ...]:
     return (text.strip(),) if text.strip() else ()
 

@@ -8,11 +8,11 @@ A field's type and default are the setting's; its `Flag` says the rest (see
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
-from app.settings_flag import Flag, _names, _one
+from app.settings_flag import Flag, _auto_bool, _names, _one
 
 
 class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
@@ -129,23 +129,27 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = 2.0
     engine_frontend_process: Annotated[
-        bool,
+        Literal["auto", "true", "false"],
         Flag(
             "run the engine's frontend (chat templates, tokenization, vLLM's output "
             "handling, detokenization, stop strings, reasoning and tool-call parsing) in a "
             "process of its own beside the HTTP process, which then receives finished "
             "deltas, one frame per engine step: less CPU per token in the HTTP process. "
-            "One model only; `--api-server-count` over 1 is refused with it; a sleeping "
-            "model wakes before the engine's checks run; no `vllm:` series on `/metrics` "
-            "(docs: Frontend capacity)"
+            "`auto`: on where it applies (one model, `--api-server-count` 1), off "
+            "otherwise; `true`: on, and several models or `--api-server-count` over 1 are "
+            "refused at start; `false`: off. With it on, a sleeping model wakes before the "
+            "engine's checks run, and `/metrics` reads the `vllm:` series from that "
+            "process at each scrape (docs: Frontend capacity)",
+            parse=_auto_bool,
         ),
-    ] = False
+    ] = "auto"
     engine_metrics: Annotated[
         bool,
         Flag(
             "vLLM's own `vllm:` Prometheus series on `/metrics` (latency histograms, KV "
-            "cache use, token counts), kept per engine step and per token in the HTTP "
-            "process, as `vllm serve` keeps them by default; `false`: no `vllm:` series "
+            "cache use, token counts), kept per engine step and per token by vLLM's frontend "
+            "(in the HTTP process, or in its own with `--engine-frontend-process`), as "
+            "`vllm serve` keeps them by default; `false`: no `vllm:` series "
             "and less CPU per token (like `vllm serve --disable-log-stats`), while the "
             "`lilac_` series stay"
         ),

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from app.settings import ENV_PREFIX, SECTIONS, Settings
-from app.settings_flag import Flag, _bool
+from app.settings_flag import ALONE, Flag, _bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class Option:
     env: str  # `LILAC_SOME_FLAG`
     toml_key: str | None  # `some_flag` in the [admission] table, or None
     parse: Callable[[str], object]
-    is_bool: bool  # a boolean flag given alone means true
+    alone: object  # what the flag given alone means (a boolean's true), or None: a value is due
     repeatable: bool
     default: object
     default_doc: str  # the default as the documentation and --help say it
@@ -80,7 +80,7 @@ def _options() -> tuple[Option, ...]:
                 env=ENV_PREFIX + field.upper(),
                 toml_key=field if flag.toml else None,
                 parse=parse,
-                is_bool=parse is _bool,
+                alone=ALONE.get(parse),
                 repeatable=flag.repeatable,
                 default=default,
                 default_doc=default_doc,
@@ -112,7 +112,9 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default = option.default_doc.replace("`", "")
         help_text = f"{option.help} (default: {default}) [{option.env}]".replace("`", "")
         # A boolean flag alone means true: `--allow-private-image-urls`.
-        extra: dict[str, Any] = {"nargs": "?", "const": True} if option.is_bool else {}
+        extra: dict[str, Any] = {}
+        if option.alone is not None:
+            extra = {"nargs": "?", "const": option.alone}
         if option.repeatable:  # each value (a tuple) extends the list
             extra = {"action": "extend"}
         groups[option.section].add_argument(

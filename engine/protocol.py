@@ -274,6 +274,11 @@ class ModelHost(Protocol):
     async def reacquire_memory(self) -> None:
         """Undo `release_memory` (before `resume`)."""
 
+    async def metrics_exposition(self) -> str:
+        """Prometheus text of series the engine keeps out of this process's registries
+        (an engine run in a process of its own keeps them there), for `/metrics` to
+        append to its own; empty when it keeps none apart."""
+
 
 class Engine(Generator, ModelHost, Protocol):
     """A whole engine, both sides: what the vLLM and scripted engines implement and the

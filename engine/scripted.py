@@ -123,6 +123,9 @@ class ScriptedEngine:
     async def reacquire_memory(self) -> None:
         self.memory_released = False
 
+    async def metrics_exposition(self) -> str:
+        return ""
+
     def prompt_tokens(self, request: GenerateRequest) -> int:
         """One token per word of the prompt: enough to exercise length limits."""
         if request.messages is not None:

@@ -5,7 +5,9 @@ vLLM's router poll, and a Kubernetes readiness probe); 503 with `Retry-After` wh
 model loads, while draining and while yielded to the GPU's owner, so a router sends the
 request elsewhere. GET /health/live is liveness: 200 while the process and the engine
 are healthy, yielded or not; 503 only once the engine has died (restart the process).
-GET /metrics: lilac-serve's `lilac_` series, then vLLM's `vllm:` series."""
+GET /metrics: lilac-serve's `lilac_` series, then this process's default registry (vLLM's
+`vllm:` series when its frontend runs here), then the series the engines keep apart (from
+the engine's own process, `--engine-frontend-process`)."""
 
 from __future__ import annotations
 
@@ -47,7 +49,9 @@ async def liveness(host: HostDep, admission: AdmissionDep) -> dict[str, str]:
 
 
 @get("/metrics")
-async def metrics(registry: RegistryDep) -> Response[bytes]:
-    # The two registries hold different names (`lilac_` and `vllm:`), so they concatenate.
-    body = generate_latest(registry) + generate_latest(REGISTRY)
+async def metrics(registry: RegistryDep, host: HostDep) -> Response[bytes]:
+    # The registries hold different names (`lilac_` and `vllm:`, the latter here or in the
+    # engine's process, never both), so they concatenate.
+    apart = await host.metrics_exposition()
+    body = generate_latest(registry) + generate_latest(REGISTRY) + apart.encode()
     return Response(body, media_type=CONTENT_TYPE_LATEST)

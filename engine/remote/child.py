@@ -3,7 +3,9 @@
 It builds the engine the first frame names (`Boot`), runs it on its own event loop and
 serves the HTTP process (engine.remote.client) over two local sockets: MAIN_FD carries
 generations, their outputs and the host's async methods; SYNC_FD answers `tokenize` and
-`detokenize`, which the protocol has synchronous, from a thread of its own.
+`detokenize`, which the protocol has synchronous, from a thread of its own. The engine's
+Prometheus series (vLLM's `vllm:` ones) live in this process's registry; a `Call` reads
+them (`engine_exposition`) when the HTTP process's `/metrics` is scraped.
 
 Outputs are not sent one by one: each request's task adds its outputs and counts to a
 pending batch, and the first addition of a loop turn schedules one flush at the end of
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import pickle
@@ -24,10 +27,14 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import aclosing
 from typing import Any
 
 import msgspec
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from engine.protocol import Engine, GenerateOutput, GenerateRequest
 from engine.remote.frames import (
@@ -54,6 +61,24 @@ SHUTDOWN_TIMEOUT_S = 60.0
 HOST_CALLS = frozenset(
     {"start", "shutdown", "pause", "resume", "release_memory", "reacquire_memory", "abort"}
 )
+EXPOSITION = "metrics_exposition"  # the call that reads the engine's series
+# The families of this process's default registry that are the engine's: vLLM's stat
+# logger keeps its series there. The rest (prometheus_client's process and Python
+# collectors) describe this process, and the HTTP process exports its own under the
+# same names.
+EXPORTED_PREFIX = "vllm:"
+
+
+class _EngineSeries(Collector):
+    def collect(self) -> Iterator[Metric]:
+        for family in REGISTRY.collect():
+            if family.name.startswith(EXPORTED_PREFIX):
+                yield family
+
+
+def engine_exposition() -> str:
+    """The engine's series, as Prometheus text, for the HTTP process's `/metrics`."""
+    return generate_latest(_EngineSeries()).decode()
 
 
 class _Slot:
@@ -124,6 +149,7 @@ class ChildServer(asyncio.Protocol):
             request = pickle.loads(message.request)
             task = self._loop.create_task(self._run(message.rid, request, message.tallied))
             self._tasks[message.rid] = task
+            task.add_done_callback(functools.partial(self._ended, message.rid))
         elif isinstance(message, Abort):
             running = self._tasks.get(message.rid)
             if running is not None:
@@ -151,6 +177,12 @@ class ChildServer(asyncio.Protocol):
         ]
         self._send(Batch(entries))
 
+    def _ended(self, rid: int, _: asyncio.Task[None]) -> None:
+        """A task aborted before it ever ran never reaches `_run`'s `finally`: its end is
+        sent from here, so the HTTP process stops waiting for it."""
+        if self._tasks.pop(rid, None) is not None:
+            self.slot(rid).ended = True
+
     async def _run(self, rid: int, request: GenerateRequest, tallied: bool) -> None:
         if tallied:
             request.tally = _Tally(self, rid)
@@ -164,7 +196,7 @@ class ChildServer(asyncio.Protocol):
         except Exception as exc:
             error = error_info(exc)
         finally:
-            del self._tasks[rid]
+            self._tasks.pop(rid, None)
             slot = self.slot(rid)
             slot.ended = True
             slot.error = error
@@ -174,6 +206,9 @@ class ChildServer(asyncio.Protocol):
     # -- the host side
 
     async def _call(self, call: Call) -> None:
+        if call.op == EXPOSITION:
+            self._send(Reply(call.call_id, value=engine_exposition()))
+            return
         if call.op not in HOST_CALLS:
             self._send(Reply(call.call_id, error=ErrorInfo("failure", f"no call {call.op}")))
             return

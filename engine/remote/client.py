@@ -4,11 +4,16 @@ process of its own (engine.remote.child).
 Requests go as small messages; the engine's outputs come back as one frame per engine
 step (`frames.Batch`), read by a protocol callback that hands each request's outputs to
 its stream and applies its counts to its tally there and then, whether or not anyone
-still reads the stream (usage is billed by what the engine counted). A request's
+still reads the stream (usage is billed by what the engine counted); a stream closed
+early returns from its close once its last counts have come, as an engine in process
+counts before its close returns. A request's
 `before_run` is awaited here, before the request is sent: a sleeping model wakes before
 the engine's own checks run, not after them (the one difference from an engine run in
 process). `tokenize` and `detokenize` are a blocking round trip on a socket of their
 own, answered by a thread of the engine's process.
+
+`metrics_exposition` reads the engine's Prometheus series (vLLM's `vllm:` ones, kept in
+the engine's process) over the same round trip as the host's calls, at each scrape.
 
 When the engine's process exits, every stream ends with `EngineFailure`, `is_alive`
 turns false and `failure` says so, as when an engine core dies.
@@ -34,7 +39,7 @@ from typing import Any
 import msgspec
 
 from engine.checks import require_ready
-from engine.errors import EngineFailure, EngineUnavailable
+from engine.errors import EngineError, EngineFailure, EngineUnavailable
 from engine.protocol import GenerateOutput, GenerateRequest, ModelInfo, Tally
 from engine.remote.frames import (
     Abort,
@@ -56,6 +61,8 @@ log = logging.getLogger("lilac.engine")
 
 CHILD_MODULE = "engine.remote.child"
 SHUTDOWN_TIMEOUT_S = 90.0  # vLLM's own shutdown waits for its engine core to stop
+ABORT_WAIT_S = 10.0  # a closed stream waits this long for its last counts
+METRICS_TIMEOUT_S = 5.0  # a scrape of `/metrics` waits this long for the engine's series
 
 
 class _Stream:
@@ -115,6 +122,7 @@ class RemoteEngine:
         self._status = Status(alive=True, ready=False, failure=None)
         self._lost: str | None = None
         self._stopping = False
+        self._started = False
 
     # -- the child process
 
@@ -219,6 +227,7 @@ class RemoteEngine:
         value = await self._call("start")
         self._model = msgspec.convert(value, ModelInfo)
         self._status = Status(alive=True, ready=True, failure=None)
+        self._started = True
 
     async def shutdown(self) -> None:
         process = self._process
@@ -307,6 +316,19 @@ class RemoteEngine:
     async def reacquire_memory(self) -> None:
         await self._call("reacquire_memory")
 
+    async def metrics_exposition(self) -> str:
+        """The engine's series, read from its process (engine.remote.child); empty
+        before it has started, once it has stopped, or when it does not answer in time
+        (the scrape still gets the HTTP process's own)."""
+        if not self._started or self._stopping or self._lost is not None:
+            return ""
+        try:
+            value = await asyncio.wait_for(self._call("metrics_exposition"), METRICS_TIMEOUT_S)
+        except (EngineError, TimeoutError) as exc:
+            log.warning("the engine process's series were not read: %r", exc)
+            return ""
+        return str(value)
+
     # -- Generator
 
     async def abort(self, request_id: str) -> None:
@@ -338,3 +360,22 @@ class RemoteEngine:
             if not stream.ended and self._lost is None and self._transport is not None:
                 # Its last counts still come (the stream stays listed until they do).
                 self._transport.write(frame(self._encoder.encode(Abort(rid))))
+                await self._last_entry(stream)
+
+    async def _last_entry(self, stream: _Stream) -> None:
+        """Wait for an aborted stream's last entry, so that its tally holds everything
+        the engine counted (a prompt it took, tokens nobody read) when the close
+        returns, as when an engine in process closes a stream: the usage record is
+        read from the tally then. Bounded: a child that does not answer in time has its
+        late counts applied to the tally after the record was made."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ABORT_WAIT_S
+        while not stream.ended:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                log.warning("an aborted request's last counts did not come in time")
+                return
+            stream.waiter = loop.create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stream.waiter, remaining)
+            stream.waiter = None

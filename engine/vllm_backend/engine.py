@@ -209,6 +209,11 @@ class VLLMEngine:
     async def reacquire_memory(self) -> None:
         await self._llm.wake_up()
 
+    async def metrics_exposition(self) -> str:
+        # Its `vllm:` series are in this process's default registry, which `/metrics`
+        # serves (or, in a process of its own, engine.remote.child sends them).
+        return ""
+
     def _prompt_token_ids(self, request: GenerateRequest) -> list[int]:
         if request.prompt_token_ids is not None:
             check_token_ids(request.prompt_token_ids, self.model.vocab_size, "prompt")

@@ -79,3 +79,8 @@ class PoolHost:
 
     async def reacquire_memory(self) -> None:
         await self.pool.reacquire_all()
+
+    async def metrics_exposition(self) -> str:
+        # Asleep or awake: a model's engine keeps its series either way.
+        texts = await asyncio.gather(*(m.engine.metrics_exposition() for m in self.pool.models))
+        return "".join(texts)

@@ -146,3 +146,6 @@ class WarmModel:
 
     async def reacquire_memory(self) -> None:
         await self.engine.reacquire_memory()
+
+    async def metrics_exposition(self) -> str:
+        return await self.engine.metrics_exposition()

@@ -209,10 +209,11 @@ class Server:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
 
-    def stop(self, timeout_s: float = 60.0) -> None:
-        """SIGTERM the process group, then SIGKILL whatever is left of it."""
+    def stop(self, timeout_s: float = 60.0) -> list[psutil.Process]:
+        """SIGTERM the process group, then SIGKILL whatever is left of it; returns the
+        descendants that outlived the server by 10 s and had to be killed."""
         if self.process.poll() is not None:
-            return
+            return []
         descendants = self.processes()[1:]
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
@@ -225,6 +226,7 @@ class Server:
         _, alive = psutil.wait_procs(descendants, timeout=10)
         for process in alive:
             process.kill()
+        return list(alive)
 
     def kill_all(self) -> None:
         """SIGKILL the process group at once (kill -9 of the server, its granian worker

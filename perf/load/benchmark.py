@@ -7,8 +7,10 @@
 `ours-tuned` is our server with `--tuned-flags` added to its command line and
 `--tuned-env KEY=VALUE` (repeatable) to its environment: an engine setting measured
 against `vllm serve`'s defaults before it becomes ours. `ours-process` is our server with
-`--engine-frontend-process true`; its frontend process's CPU is reported in a column of
-its own.
+`--engine-frontend-process true` (the default, `auto`, turns it on for one model); its
+frontend process's CPU is reported in a column of its own. The other `ours` kinds run
+with `--engine-frontend-process false`, vLLM's frontend in the HTTP process, as the
+recorded results ran them.
 
 Each server is started alone on 127.0.0.1 with the same engine flags (float32, eager,
 max-model-len 2048, the same KV cache and memory fraction), warmed up with one request,
@@ -60,10 +62,11 @@ def server_argv(kind: str, args: argparse.Namespace, model_dir: str, port: int) 
         if kind != "ours-default":
             # `vllm serve` has no admission limits: lift ours above the largest concurrency.
             argv += ["--max-concurrent", "1024", "--max-queued", "1024"]
+        # The engine's frontend: in a process of its own for ours-process; in the HTTP
+        # process, where the recorded results (docs/results.md) ran it, for the others.
+        argv += ["--engine-frontend-process", "true" if kind == "ours-process" else "false"]
         if kind == "ours-tuned":
             argv += shlex.split(args.tuned_flags)
-        if kind == "ours-process":  # the engine's frontend in a process of its own
-            argv += ["--engine-frontend-process", "true"]
         return argv
     # granian logs no access line: the same. `vllm-stats` keeps vLLM's stats on (its
     # Prometheus series and periodic log line), as our server keeps its `vllm:` series.

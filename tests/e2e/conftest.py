@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from perf.harness.servers import LILAC, Server, launch_lilac
@@ -75,10 +77,24 @@ def server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Serve
     process = running.process
     if process.pid in request.session.stash.get(KILLED, set()):
         return  # killed by the engine-death test, which checked how it went
-    # A clean stop on SIGTERM is part of the contract: exit 0, engine core gone with it.
+    # A clean stop on SIGTERM is part of the contract: exit 0, and every process of the
+    # server (the granian worker, the engine's own process, vLLM's engine core) gone.
     assert process.poll() is None, "server died during the tests"
+    everything = running.processes()[1:]
+    assert everything, "the server has no worker to stop"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 0, running.log_path.read_text()[-4000:]
+    deadline = time.monotonic() + 30
+    while any(_lives(p) for p in everything):
+        assert time.monotonic() < deadline, f"a process outlived the server: {everything}"
+        time.sleep(0.2)
+
+
+def _lives(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 # The shared `server` compiles the grammar warm-up at start as `make serve` does (its tests
@@ -154,10 +170,12 @@ class KeysServer:
             self._server = None
 
     def stop(self) -> None:
-        """SIGTERM: the server drains and exits (0); the next use starts it again."""
+        """SIGTERM: the server drains and exits (0), every process of it (worker, the
+        engine's own process, engine core) with it; the next use starts it again."""
         if self._server is not None:
-            self._server.stop()
+            outlived = self._server.stop()
             assert self._server.process.returncode == 0, self._server.log_tail()
+            assert not outlived, f"processes outlived the server: {outlived}"
             self._server = None
 
     def cli(self, *args: str) -> str:

@@ -3,8 +3,10 @@ frontend processes (granian workers) share one engine core the command launched;
 answer requests; a key's concurrency limit holds across both (through the PostgreSQL
 keys database) while another key goes on being served; SIGTERM to the command drains
 both processes (a stream in flight on each finishes whole) and then stops, within
-seconds, every process it started. And one process (the default) is today's path: the engine
-core is its granian worker's child, and `/metrics` names no API server."""
+seconds, every process it started; the engine's frontend stays in each worker
+(`--engine-frontend-process auto` is off with several). And one process (the default) is
+today's path: the engine core is started by its granian worker's engine process, and
+`/metrics` names no API server."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ FRESH = 12  # requests on fresh connections: the kernel spreads them over the wo
 GRACE_S = 60
 DRAIN_TOKENS = 128  # seconds of tokens here: still running when SIGTERM comes
 RUNNING = re.compile(r"^lilac_admission_running (\S+)$", re.MULTILINE)
+CHILD = "engine.remote.child"  # the engine's own process (engine.remote)
 API_SERVER = re.compile(r'^lilac_api_server\{count="(\d+)",index="(\d+)",pid="(\d+)"\} 1\.0$')
 
 
@@ -148,6 +151,10 @@ def test_two_worker_processes_share_one_engine_core(shared: Shared) -> None:
     assert core.ppid() == server.process.pid
     worker_pids = {worker.pid for worker in workers}
     assert [p for p in server.engine_processes() if p.ppid() in worker_pids] == []
+    # `--engine-frontend-process auto` is off here, refusing nothing: vLLM's frontend is
+    # in each worker, no engine process of its own beside it.
+    beside = [c for w in workers for c in w.children() if CHILD in " ".join(c.cmdline())]
+    assert beside == []
     statuses = [shared.chat(shared.free) for _ in range(FRESH)]
     assert statuses == [200] * FRESH
     seen = shared.per_process_metrics()
@@ -281,10 +288,14 @@ def test_sigterm_drains_both_processes_then_stops_every_process(shared: Shared) 
 
 
 def test_one_process_is_todays_path(server: Server) -> None:
-    """The default: one granian worker that starts the engine core itself."""
+    """The default: one granian worker, whose engine runs in a process of its own (its
+    child, `--engine-frontend-process auto`), which starts the engine core itself."""
     worker = server.http_process(granian=True)
     core = server.engine_core()
-    assert core is not None and core.ppid() == worker.pid
+    assert core is not None
+    engine_process = psutil.Process(core.ppid())
+    assert CHILD in " ".join(engine_process.cmdline())
+    assert engine_process.ppid() == worker.pid
     assert len(server.http_processes()) == 1
     assert "lilac_api_server" not in server.metrics_text()
     with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="none", max_retries=0) as c:

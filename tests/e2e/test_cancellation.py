@@ -21,14 +21,18 @@ LONG = {"max_tokens": 400, "ignore_eos": True, "temperature": 1.0}
 CHAT = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 
 
-def send(server: Server, path: str, body: dict[str, object]) -> socket.socket:
-    """A raw HTTP/1.1 POST; the caller reads what it wants and closes."""
+def send(
+    server: Server, path: str, body: dict[str, object], key: str | None = None
+) -> socket.socket:
+    """A raw HTTP/1.1 POST (with `key`, as its bearer); the caller reads what it wants
+    and closes."""
     url = urlsplit(server.base_url)
     sock = socket.create_connection((url.hostname, url.port), timeout=60)
     payload = json.dumps(body).encode()
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n"
+        f"{auth}Content-Length: {len(payload)}\r\n\r\n"
     ).encode()
     sock.sendall(head + payload)
     return sock

@@ -56,6 +56,7 @@ def test_settings_flags_map_into_the_engine_config(monkeypatch) -> None:
             "--data-parallel-size", "3",
             "--distributed-executor-backend", "mp",
             "--otlp-traces-endpoint", "http://c:4317",
+            "--engine-frontend-process", "false",  # a VLLMEngine, its config at hand
         ]
     )  # fmt: skip
     config = build_engine(settings)._config  # type: ignore[attr-defined]  # VLLMEngine's
@@ -128,8 +129,9 @@ def test_grammar_warmup_false_starts_the_engine_without_the_warm_up() -> None:
     from app.served_models import build_engine
     from app.settings_sources import parse_args
 
-    on = build_engine(parse_args([]))._config  # type: ignore[attr-defined]  # VLLMEngine's
-    off = build_engine(parse_args(["--grammar-warmup", "false"]))._config  # type: ignore[attr-defined]
+    here = ["--engine-frontend-process", "false"]  # a VLLMEngine, its config at hand
+    on = build_engine(parse_args(here))._config  # type: ignore[attr-defined]  # VLLMEngine's
+    off = build_engine(parse_args([*here, "--grammar-warmup", "false"]))._config  # type: ignore[attr-defined]
     assert on.grammar_warmup is True and off.grammar_warmup is False
 
 
@@ -137,8 +139,10 @@ def test_engine_metrics_false_builds_the_engine_without_vllms_stat_logger() -> N
     from app.served_models import build_engine, build_pool
     from app.settings_sources import parse_args
 
-    on = build_engine(parse_args([]))._config  # type: ignore[attr-defined]  # VLLMEngine's
-    off_settings = parse_args(["--engine-metrics", "false"])
+    # In the HTTP process (tests/unit/app/test_engine_process.py: in a process of its own).
+    here = ["--engine-frontend-process", "false"]
+    on = build_engine(parse_args(here))._config  # type: ignore[attr-defined]  # VLLMEngine's
+    off_settings = parse_args([*here, "--engine-metrics", "false"])
     off = build_engine(off_settings)._config  # type: ignore[attr-defined]
     assert on.prometheus_stats is True and off.prometheus_stats is False
     pooled = build_pool(off_settings).first.engine._config  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
 """The harnesses that split the HTTP process's CPU per token: the `vllm serve` command
-lines of the comparison, the layer a profiled stack goes to, and the AsyncLLM-only
-floor's request shapes and CPU reading."""
+lines of the comparison and where ours runs the engine's frontend, the layer a profiled
+stack goes to, and the AsyncLLM-only floor's request shapes and CPU reading."""
 
 from __future__ import annotations
 
@@ -24,6 +24,15 @@ def test_vllm_serve_runs_without_stats_unless_asked() -> None:
     assert "--disable-log-stats" in plain
     assert "--disable-log-stats" not in stats
     assert [a for a in plain if a != "--disable-log-stats"] == stats
+
+
+def test_only_ours_process_runs_the_engines_frontend_in_a_process_of_its_own() -> None:
+    def flag(kind: str) -> str:
+        argv = benchmark.server_argv(kind, _args(), "/m", 8000)
+        return argv[argv.index("--engine-frontend-process") + 1]
+
+    assert flag("ours-process") == "true"
+    assert [flag(kind) for kind in ("ours", "ours-default", "ours-noadmit")] == ["false"] * 3
 
 
 def test_engine_adapter_frames_count_as_ours_and_vllm_frames_as_vllm() -> None:
