@@ -300,4 +300,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # The engine is shut down and the sockets are done with: the interpreter's teardown
+    # has nothing left to do but run AsyncLLM.__del__ after vLLM's module globals are
+    # gone, which prints a traceback on every stop.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -82,8 +82,13 @@ def server(request: pytest.FixtureRequest, launched: Launched) -> Iterator[Serve
     assert process.poll() is None, "server died during the tests"
     everything = running.processes()[1:]
     assert everything, "the server has no worker to stop"
+    logged_before_stop = running.log_path.stat().st_size
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 0, running.log_path.read_text()[-4000:]
+    with running.log_path.open("rb") as log:
+        log.seek(logged_before_stop)
+        stop_log = log.read().decode(errors="replace")
+    assert "Traceback" not in stop_log, stop_log[-4000:]
     deadline = time.monotonic() + 30
     while any(_lives(p) for p in everything):
         assert time.monotonic() < deadline, f"a process outlived the server: {everything}"
