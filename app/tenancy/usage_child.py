@@ -24,15 +24,13 @@ for _signal in (signal.SIGINT, signal.SIGTERM):
 
 import socket  # noqa: E402
 import sqlite3  # noqa: E402
-import struct  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
 import msgspec  # noqa: E402
 
 from app.tenancy.sqlite_file import connect, insert_rows  # noqa: E402
-
-HEADER = struct.Struct("<I")  # each frame's length, before it
+from engine.remote.framing import frame, recv_frame  # noqa: E402
 
 
 class Insert(msgspec.Struct, array_like=True):
@@ -47,28 +45,6 @@ class Done(msgspec.Struct, array_like=True):
 
     error: str | None = None
     message: str = ""
-
-
-def frame(payload: bytes) -> bytes:
-    return HEADER.pack(len(payload)) + payload
-
-
-def recv_frame(sock: socket.socket) -> bytes | None:
-    """One frame from a blocking socket; None when it closed."""
-    header = _recv_exactly(sock, HEADER.size)
-    if header is None:
-        return None
-    return _recv_exactly(sock, HEADER.unpack(header)[0])
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            return None
-        chunks += chunk
-    return bytes(chunks)
 
 
 def serve(sock: socket.socket, path: str, busy_timeout_ms: int) -> None:

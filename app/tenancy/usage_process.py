@@ -45,7 +45,8 @@ from typing import Any
 import msgspec
 
 from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS
-from app.tenancy.usage_child import HEADER, Done, Insert, frame
+from app.tenancy.usage_child import Done, Insert
+from engine.remote.framing import HEADER, frame
 
 log = logging.getLogger("lilac.usage")
 

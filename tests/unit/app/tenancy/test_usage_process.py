@@ -163,6 +163,15 @@ def test_the_child_ends_when_its_parent_dies(tmp_path: Path) -> None:
     assert ids(path) == ["from-the-parent"]
 
 
+async def _both_rows_through_the_thread(inserts: ProcessInserts, path: Path) -> None:
+    """Two inserts, both committed with no child running (the thread version's)."""
+    await inserts.insert([_values(record("threaded"))])
+    await inserts.insert([_values(record("again"))])
+    assert inserts.pid is None
+    assert ids(path) == ["again", "threaded"]
+    await inserts.close()
+
+
 async def test_where_no_child_starts_the_rows_go_through_a_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,12 +181,7 @@ async def test_where_no_child_starts_the_rows_go_through_a_thread(
         raise PermissionError("no processes here")
 
     monkeypatch.setattr(subprocess, "Popen", refuse)
-    inserts = ProcessInserts(path)
-    await inserts.insert([_values(record("threaded"))])
-    await inserts.insert([_values(record("again"))])
-    assert inserts.pid is None
-    assert ids(path) == ["again", "threaded"]
-    await inserts.close()
+    await _both_rows_through_the_thread(ProcessInserts(path), path)
 
 
 async def test_a_child_that_ends_before_answering_leaves_the_rows_to_a_thread(
@@ -189,12 +193,7 @@ async def test_a_child_that_ends_before_answering_leaves_the_rows_to_a_thread(
 
     path = await migrated(tmp_path)
     monkeypatch.setattr(usage_process, "CHILD_MODULE", "app.tenancy.no_such_module")
-    inserts = ProcessInserts(path)
-    await inserts.insert([_values(record("threaded"))])
-    await inserts.insert([_values(record("again"))])
-    assert inserts.pid is None
-    assert ids(path) == ["again", "threaded"]
-    await inserts.close()
+    await _both_rows_through_the_thread(ProcessInserts(path), path)
 
 
 def test_a_second_event_loop_gets_a_child_of_its_own(tmp_path: Path) -> None:
