@@ -277,6 +277,12 @@ def _drain_on_sigterm(admission: AdmissionController) -> None:
 ENGINE_WATCH_INTERVAL_S = 1.0
 ENGINE_DEATH_LINGER_S = 2.0
 ENGINE_DEAD_EXIT_CODE = 4
+# The collector's youngest generation is collected every this many allocations (net of
+# frees) instead of Python's 700. The requests in flight keep a few thousand objects
+# alive at any moment, and a young collection walks them all each time to find nothing
+# (their objects are freed by reference counting): at 700 that walk was 5-7% of the
+# process's CPU at 64 concurrent requests; at 10,000 it runs a few times a second.
+YOUNG_COLLECTION_EVERY = 10_000
 
 
 async def _exit_when_engine_dies(engine: ModelHost) -> None:
@@ -305,6 +311,7 @@ async def _start_engine(host: PoolHost) -> None:
         # made, and no longer holds the GIL and the event loop for tens of milliseconds.
         gc.collect()
         gc.freeze()
+        gc.set_threshold(YOUNG_COLLECTION_EVERY)
     except Exception as exc:
         # A server that cannot load its model must not linger half-alive. The cause in
         # one line (vLLM wraps it: the innermost error says what went wrong); the

@@ -38,6 +38,7 @@ class ScriptedEngine:
         kv_cache_tokens: int = 0,
         supports_vision: bool = False,
         vocab_size: int = 1024,
+        keep_requests: bool = True,
     ) -> None:
         self.tokens = list(tokens)
         self.token_delay_s = token_delay_s
@@ -53,7 +54,11 @@ class ScriptedEngine:
         self._ready = ready
         self.failed: str | None = None  # set by tests: the engine died for this reason
         self.running: set[str] = set()
-        self.requests: list[GenerateRequest] = []  # every request that got past the checks
+        # Every request that got past the checks, for tests to inspect; a benchmark
+        # serving millions turns it off, or the list grows and every full collection
+        # scans it.
+        self.requests: list[GenerateRequest] = []
+        self._keep_requests = keep_requests
         self.paused = False
         self.memory_released = False
         self._unpaused = asyncio.Event()
@@ -141,7 +146,8 @@ class ScriptedEngine:
         prompt_tokens = self.prompt_tokens(request)
         limit = output_budget(prompt_tokens, request.sampling.max_tokens, self._model.max_model_len)
         await checked(request)
-        self.requests.append(request)
+        if self._keep_requests:
+            self.requests.append(request)
         script = self.tokens if request.sampling.ignore_eos is False else self._cycled(limit)
         emitted = script[:limit]
         natural_end = len(script) <= limit and not request.sampling.ignore_eos

@@ -38,6 +38,12 @@ OUTAGE_S = 300.0  # the default of --key-cache-outage-s
 MAX_KNOWN = 100_000
 # About 250 bytes an entry: the memory a flood of random keys can take is bounded.
 MAX_UNKNOWN = 100_000
+# The digests of the `Authorization` headers seen last: a client sends the same header
+# on every request, and its SHA-256 is most of what a cached key's check costs. Only
+# well-formed keys' headers (a few dozen bytes) are kept; when full, the map starts
+# over (each entry is recomputed on its next request, no query is made).
+MAX_DIGESTS = 10_000
+MAX_DIGEST_HEADER = 128  # bytes: `Bearer ` and a key, with room for stray spaces
 
 
 def bearer_token(header: bytes | None) -> str | None:
@@ -120,6 +126,7 @@ class DatabaseKeys(Authenticator):
         self._known: LruMap[_Known] = LruMap(max_known)
         self._unknown: LruMap[float] = LruMap(max_unknown)  # digest -> when it was asked
         self._pending: dict[str, asyncio.Task[KeyRecord | None]] = {}
+        self._digests: dict[bytes, str] = {}  # Authorization header -> its key's digest
 
     @property
     def cached(self) -> tuple[int, int]:
@@ -127,13 +134,26 @@ class DatabaseKeys(Authenticator):
         return len(self._known), len(self._unknown)
 
     async def authenticate(self, header: bytes | None) -> KeyRecord | None:
-        token = bearer_token(header)
-        if token is None or not well_formed(token):
-            raise InvalidKey
-        record = await self._record(hash_key(token))
+        record = await self._record(self._digest(header))
         if record is None or record.revoked:
             raise InvalidKey
         return record
+
+    def _digest(self, header: bytes | None) -> str:
+        """The digest of the header's key; raises `InvalidKey` when it holds none."""
+        if header is not None:
+            digest = self._digests.get(header)
+            if digest is not None:
+                return digest
+        token = bearer_token(header)
+        if token is None or not well_formed(token):
+            raise InvalidKey
+        digest = hash_key(token)
+        if header is not None and len(header) <= MAX_DIGEST_HEADER:
+            if len(self._digests) >= MAX_DIGESTS:
+                self._digests.clear()
+            self._digests[header] = digest
+        return digest
 
     async def _record(self, digest: str) -> KeyRecord | None:
         now = self._clock()

@@ -36,10 +36,11 @@ class RateLimited(Exception):
 class Bucket:
     """`capacity` units, refilled at capacity per minute."""
 
-    __slots__ = ("capacity", "level", "rate", "stamp")
+    __slots__ = ("capacity", "capacity_text", "level", "rate", "stamp")
 
     def __init__(self, capacity: int, now: float) -> None:
         self.capacity = capacity
+        self.capacity_text = b"%d" % capacity  # the limit header's value
         self.rate = capacity / 60.0
         self.level = float(capacity)
         self.stamp = now
@@ -61,6 +62,17 @@ class Bucket:
     def reset_s(self) -> float:
         """Seconds until the bucket is full again."""
         return 0.0 if self.rate <= 0 else max(0.0, (self.capacity - self.level) / self.rate)
+
+    def headers(self, now: float, names: tuple[bytes, bytes, bytes]) -> list[tuple[bytes, bytes]]:
+        """The bucket's limit, remaining and reset headers (`names`), refilled to `now`."""
+        self.refill(now)
+        level = self.level
+        limit, remaining, reset = names
+        return [
+            (limit, self.capacity_text),
+            (remaining, b"%d" % level if level >= 1 else b"0"),
+            (reset, duration(self.reset_s())),
+        ]
 
 
 @dataclass(slots=True)
@@ -206,21 +218,25 @@ class Limiter:
         """OpenAI's x-ratelimit-* headers for the key, as they stand now."""
         now = self._clock()
         state = self._state(key_id, limits, now)
-        out: list[tuple[bytes, bytes]] = []
-        for names, bucket in ((_REQUESTS, state.requests), (_TOKENS, state.tokens)):
-            if bucket is None:
-                continue
-            bucket.refill(now)
-            limit, remaining, reset = names
-            out.append((limit, b"%d" % bucket.capacity))
-            out.append((remaining, b"%d" % max(0, math.floor(bucket.level))))
-            out.append((reset, duration(bucket.reset_s())))
-        return out
+        requests, tokens = state.requests, state.tokens
+        if tokens is None:
+            return requests.headers(now, _REQUESTS) if requests is not None else []
+        if requests is None:
+            return tokens.headers(now, _TOKENS)
+        return requests.headers(now, _REQUESTS) + tokens.headers(now, _TOKENS)
 
 
 # The header names of each bucket, encoded once (they go on every keyed response).
-_REQUESTS = tuple(b"x-ratelimit-%s-requests" % part for part in (b"limit", b"remaining", b"reset"))
-_TOKENS = tuple(b"x-ratelimit-%s-tokens" % part for part in (b"limit", b"remaining", b"reset"))
+_REQUESTS = (
+    b"x-ratelimit-limit-requests",
+    b"x-ratelimit-remaining-requests",
+    b"x-ratelimit-reset-requests",
+)
+_TOKENS = (
+    b"x-ratelimit-limit-tokens",
+    b"x-ratelimit-remaining-tokens",
+    b"x-ratelimit-reset-tokens",
+)
 
 
 def rpm_message(limit: int) -> str:

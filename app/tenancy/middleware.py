@@ -86,9 +86,12 @@ class AuthMiddleware:
         # runs on every send, a streamed response's every frame.
         def send_with_limits(message: Any) -> Awaitable[None]:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                headers.extend(limiter.headers(key.id, key.limits))
-                message = {**message, "headers": headers}
+                headers = message.get("headers")
+                extra = limiter.headers(key.id, key.limits)
+                if type(headers) is list:  # the response's own list, made for this send
+                    headers.extend(extra)
+                else:
+                    message = {**message, "headers": [*(headers or ()), *extra]}
             return send(message)
 
         await self.app(scope, receive, send_with_limits)

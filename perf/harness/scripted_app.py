@@ -55,7 +55,9 @@ def build() -> Litestar:
 def create() -> Litestar:
     """With LILAC_BENCH_KEYS_DIR set: `--auth keys` on the SQLite database in that folder
     (its keys made beforehand), metering every request."""
-    engine = ScriptedEngine(TOKENS, served_names=(MODEL,), max_model_len=1 << 20)
+    engine = ScriptedEngine(
+        TOKENS, served_names=(MODEL,), max_model_len=1 << 20, keep_requests=False
+    )
     keys_dir = os.environ.get("LILAC_BENCH_KEYS_DIR")
     if not keys_dir:
         return create_app(SETTINGS, engine=engine)

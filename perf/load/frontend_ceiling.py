@@ -4,7 +4,7 @@ The engine yields its tokens instantly. Reports streamed tokens/s and requests/s
 wall second and per CPU second of the HTTP process (= per core it keeps busy).
 
     python -m perf frontend-ceiling [--concurrency 64] [--tokens 256] [--duration 10]
-        [--keys] [--workers N]
+        [--keys] [--workers N] [--only streamed|non-streamed]
 
 The load client is this process: raw HTTP/1.1 over asyncio streams with keep-alive, about
 the cheapest client there is, so that on a small machine the server stays the bottleneck.
@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per streamed request")
     parser.add_argument("--short-tokens", type=int, default=16, help="tokens per plain request")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
+    parser.add_argument("--only", choices=("streamed", "non-streamed"), help="one scenario")
     parser.add_argument("--granian-opt", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument(
         "--keys",
@@ -312,8 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         pids = ", ".join(str(worker.pid) for worker in server.http_processes())
         print(f"HTTP processes: pid {pids}", flush=True)
         results = [
-            measure(server, args.port, args.concurrency, args.tokens, True, args.duration),
-            measure(server, args.port, args.concurrency, args.short_tokens, False, args.duration),
+            measure(server, args.port, args.concurrency, tokens, stream, args.duration)
+            for stream, tokens in ((True, args.tokens), (False, args.short_tokens))
+            if args.only in (None, "streamed" if stream else "non-streamed")
         ]
     finally:
         server.stop()

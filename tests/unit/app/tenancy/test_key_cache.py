@@ -16,6 +16,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.settings import Settings
+from app.tenancy import auth as auth_module
 from app.tenancy.auth import OUTAGE_S, DatabaseKeys, InvalidKey
 from app.tenancy.db import open_database
 from app.tenancy.key_cache import LruMap
@@ -141,3 +142,39 @@ async def test_concurrent_requests_for_one_key_share_one_query(sqlite_file: Asyn
 def test_the_outage_flag_defaults_to_the_authenticators() -> None:
     assert Settings().key_cache_outage_s == OUTAGE_S
     assert 60 <= OUTAGE_S <= 600  # a few minutes
+
+
+async def test_a_revoked_key_is_refused_though_its_header_was_seen(
+    sqlite_file: AsyncEngine,
+) -> None:
+    """The digest of a header seen before is reused; the key's record is still read
+    again after its TTL, so a revocation is not hidden by it."""
+    store = KeyStore(sqlite_file)
+    record, good = await store.create("good", KeyLimits())
+    clock = Clock()
+    auth = DatabaseKeys(store, clock)
+    assert (await auth.authenticate(header(good))) is not None
+    await store.revoke(record.id)
+    clock.now += 2  # past the known key's TTL
+    assert await refused(auth, good)
+
+
+async def test_the_digests_of_headers_are_bounded(sqlite_file: AsyncEngine) -> None:
+    """A flood of distinct keys, and headers padded with spaces, keep the memory of
+    headers' digests bounded; every header still gets its own key's answer."""
+    store = KeyStore(sqlite_file)
+    _, good = await store.create("good", KeyLimits())
+    auth = DatabaseKeys(store, Clock())
+    for _ in range(3 * auth_module.MAX_DIGESTS // 1000):
+        for secret in [new_secret() for _ in range(1000)]:
+            assert await refused(auth, secret)
+        assert len(auth._digests) <= auth_module.MAX_DIGESTS
+    padded = f"Bearer {good}{' ' * 4096}".encode()
+    assert (await auth.authenticate(padded)) is not None
+    assert padded not in auth._digests
+    assert (await auth.authenticate(header(good))) is not None
+    for bad in (b"", b"Bearer", b"Basic abc", "Bearer k\u00e9y".encode(), b"Bearer lilac-sk-x"):
+        with pytest.raises(InvalidKey):
+            await auth.authenticate(bad)
+    with pytest.raises(InvalidKey):
+        await auth.authenticate(None)

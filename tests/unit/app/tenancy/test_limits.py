@@ -105,3 +105,31 @@ def test_a_request_of_several_prompts_takes_a_slot_each() -> None:
     with pytest.raises(RateLimited, match="5 prompts") as never:
         limiter.admit("k", limits, 0, slots=5)  # more than the key may ever run
     assert never.value.retry_after_s == 60.0
+
+
+def test_the_rate_limit_headers_as_the_buckets_stand() -> None:
+    clock = Clock()
+    limiter = Limiter(clock)
+    limits = KeyLimits(rpm=60, tpm=1000)
+    held = limiter.admit("k", limits, 1500 // 2)
+    limiter.settle(held, 1200)  # used more than it reserved: the bucket goes below 0
+    headers = limiter.headers("k", limits)
+    assert headers == [
+        (b"x-ratelimit-limit-requests", b"60"),
+        (b"x-ratelimit-remaining-requests", b"59"),
+        (b"x-ratelimit-reset-requests", b"1s"),
+        (b"x-ratelimit-limit-tokens", b"1000"),
+        (b"x-ratelimit-remaining-tokens", b"0"),
+        (b"x-ratelimit-reset-tokens", b"1m12s"),
+    ]
+    clock.now += 0.5  # half a request and 8.3 tokens back: remaining counts whole ones
+    headers = dict(limiter.headers("k", limits))
+    assert headers[b"x-ratelimit-remaining-requests"] == b"59"
+    assert headers[b"x-ratelimit-reset-requests"] == b"500ms"
+    only_requests = dict(limiter.headers("r", KeyLimits(rpm=10, tpm=None)))
+    assert set(only_requests) == {
+        b"x-ratelimit-limit-requests",
+        b"x-ratelimit-remaining-requests",
+        b"x-ratelimit-reset-requests",
+    }
+    assert limiter.headers("none", KeyLimits(rpm=None, tpm=None)) == []
