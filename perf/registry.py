@@ -19,6 +19,7 @@ SCENARIOS: dict[str, str] = {
     "fleet": "perf.scenarios.fleet",
     "fleet-limits": "perf.micro.fleet_limits",
     "frontend-ceiling": "perf.load.frontend_ceiling",
+    "frontend-pair": "perf.load.frontend_pair",
     "gpu-probe-check": "perf.scenarios.gpu_probe_check",
     "load": "perf.load.benchmark",
     "load-report": "perf.load.report",

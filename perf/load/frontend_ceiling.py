@@ -4,7 +4,7 @@ The engine yields its tokens instantly. Reports streamed tokens/s and requests/s
 wall second and per CPU second of the HTTP process (= per core it keeps busy).
 
     python -m perf frontend-ceiling [--concurrency 64] [--tokens 256] [--duration 10]
-        [--keys] [--workers N] [--only streamed|non-streamed]
+        [--keys] [--workers N] [--only streamed|non-streamed] [--tag NAME]
 
 The load client is this process: raw HTTP/1.1 over asyncio streams with keep-alive, about
 the cheapest client there is, so that on a small machine the server stays the bottleneck.
@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short-tokens", type=int, default=16, help="tokens per plain request")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
     parser.add_argument("--only", choices=("streamed", "non-streamed"), help="one scenario")
+    parser.add_argument("--tag", default="", help="suffix of the output files' names")
     parser.add_argument("--granian-opt", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument(
         "--keys",
@@ -306,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     env = _keys_env() if args.keys else None
     argv = scripted_argv(args.port, "create", *args.granian_opt, workers=args.workers)
-    server = Server(argv, OUT / "frontend_server.log", port=args.port, env=env)
+    log = OUT / f"frontend_server{'-' + args.tag if args.tag else ''}.log"
+    server = Server(argv, log, port=args.port, env=env)
     try:
         server.wait_healthy(60)
         _wait_for_workers(server, args.workers)
@@ -328,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"    {name}: {cpu} s CPU, {voluntary} voluntary / {involuntary} "
                 "involuntary switches"
             )
-    (OUT / "frontend_ceiling.md").write_text(text + "\n")
-    (OUT / "frontend_ceiling.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    name = f"frontend_ceiling{'-' + args.tag if args.tag else ''}"
+    (OUT / f"{name}.md").write_text(text + "\n")
+    (OUT / f"{name}.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     return 0 if all(r.errors == 0 for r in results) else 1
 
 
