@@ -264,7 +264,7 @@ def concurrency_message(cap: int, slots: int) -> str:
 def duration(seconds: float) -> bytes:
     """OpenAI's reset format: `120ms`, `1.5s`, `6m0s`."""
     if seconds < 1:
-        return f"{math.ceil(seconds * 1000)}ms".encode()
+        return b"%dms" % math.ceil(seconds * 1000)
     if seconds < 60:
         return f"{seconds:.3g}s".encode()
     minutes, rest = divmod(seconds, 60)
