@@ -178,8 +178,9 @@ def verdicts(
                 f"{a:.1f} ms vs {b:.1f} ms, {100 * (a / b - 1):+.1f}%",
             )
         )
-    if ceiling:
-        best = max(r["tokens_per_cpu_s"] for r in ceiling if r["scenario"] == "streamed")
+    streamed = [r["tokens_per_cpu_s"] for r in ceiling or [] if r["scenario"] == "streamed"]
+    if streamed:  # a ceiling run `--only non-streamed` has none
+        best = max(streamed)
         out.append(
             Verdict(
                 "frontend ceiling ≥ 20,000 streamed tok/s per core", best >= 20_000, f"{best:,}"

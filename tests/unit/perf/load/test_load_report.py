@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from perf.load import report
 from perf.load.report import all_met, main, verdicts
 
 
@@ -61,7 +64,8 @@ def test_without_both_servers_nothing_is_met() -> None:
     assert not all_met(verdicts([GOOD[0]]))
 
 
-def test_check_exit_status(tmp_path: Path) -> None:
+def test_check_exit_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report, "_ceiling", lambda: None)  # not this checkout's last run
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(json.dumps(GOOD))
     bad.write_text(json.dumps([row("ours", 16, 50, 4000, 0.05), GOOD[1]]))
@@ -77,3 +81,11 @@ def test_a_tuned_run_gets_its_own_ratio_row() -> None:
     tuned = next(line for line in text.splitlines() if "tuned ÷ vllm serve" in line)
     assert "**1.10**" in tuned and "**0.90**" in tuned
     assert "lilac-serve, tuned flags" in text
+
+
+def test_a_ceiling_without_a_streamed_run_has_no_verdict() -> None:
+    non_streamed = [{"scenario": "non-streamed", "tokens_per_cpu_s": 40_000}]
+    streamed = [*non_streamed, {"scenario": "streamed", "tokens_per_cpu_s": 30_000}]
+    assert not any("frontend ceiling" in v.target for v in verdicts(GOOD, non_streamed))
+    (ceiling,) = [v for v in verdicts(GOOD, streamed) if "frontend ceiling" in v.target]
+    assert ceiling.met and ceiling.detail == "30,000"
