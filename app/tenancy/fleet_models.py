@@ -107,6 +107,9 @@ class FleetModels:
         self._pool: ModelPool | None = None
         self._peers: dict[str, PeerModel] = {}
         self._task: asyncio.Task[None] | None = None
+        # One beat at a time: two of one replica's beats at once would both delete its
+        # rows, then both insert them (a duplicate key for the second).
+        self._beating = asyncio.Lock()
         self._failing = False
         self.beats = 0
 
@@ -169,6 +172,10 @@ class FleetModels:
     async def beat(self) -> None:
         """Renew this replica's rows, prune expired ones, and read the live peers' into
         the snapshot. Raises what the database raises."""
+        async with self._beating:
+            await self._beat()
+
+    async def _beat(self) -> None:
         now = self._clock()
         rows = self._own_rows(now + self.ttl_s)
         mine = fleet_models.c.replica_id == self.replica_id

@@ -16,12 +16,13 @@ from engine.warm.host import PoolHost
 async def test_start_up_objects_are_frozen_once_the_engine_is_ready() -> None:
     gc.unfreeze()
     threshold = gc.get_threshold()
+    gc.set_threshold(700, *threshold[1:])  # Python's default (another app may have started here)
     assert gc.get_freeze_count() == 0
     host = PoolHost(build_pool(Settings(), ScriptedEngine()))
     try:
         await _start_engine(host)
         assert gc.get_freeze_count() > 0
-        assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY > threshold[0]
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY
         assert gc.get_threshold()[1:] == threshold[1:]
     finally:
         gc.unfreeze()

@@ -5,6 +5,8 @@ database rounds are real."""
 
 from __future__ import annotations
 
+import asyncio
+
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -126,3 +128,13 @@ def _unreachable(database: AsyncEngine) -> AsyncEngine:
     return create_async_engine(
         "postgresql+asyncpg://nobody@127.0.0.1:1/none", connect_args={"timeout": 0.5}
     )
+
+
+async def test_one_replicas_beats_at_once_take_turns(database: AsyncEngine) -> None:
+    """A beat called while another of the same replica runs (the periodic one and one
+    asked for) waits its turn, rather than inserting the replica's rows twice."""
+    clock = Clock()
+    a = replica(database, clock, ("alpha", "beta"))
+    await asyncio.gather(*(a.beat() for _ in range(8)))
+    assert a.beats == 8
+    assert await rows(database) == 2
