@@ -127,6 +127,9 @@ def create_app(
         try:
             yield
         finally:
+            # Shutting down collects as Python does: what closes the engine's sockets
+            # and processes may wait on objects only a collection frees.
+            gc.set_threshold(*PYTHON_GC_THRESHOLD)
             if not starter.done():
                 starter.cancel()
             lag_sampler.cancel()
@@ -283,6 +286,7 @@ ENGINE_DEAD_EXIT_CODE = 4
 # (their objects are freed by reference counting): at 700 that walk was 5-7% of the
 # process's CPU at 64 concurrent requests; at 10,000 it runs a few times a second.
 YOUNG_COLLECTION_EVERY = 10_000
+PYTHON_GC_THRESHOLD = gc.get_threshold()  # what the interpreter started with
 
 
 async def _exit_when_engine_dies(engine: ModelHost) -> None:

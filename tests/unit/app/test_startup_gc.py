@@ -4,13 +4,15 @@ collections come every `YOUNG_COLLECTION_EVERY` allocations rather than Python's
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
-from app.main import YOUNG_COLLECTION_EVERY, _start_engine
+from app.main import PYTHON_GC_THRESHOLD, YOUNG_COLLECTION_EVERY, _start_engine, create_app
 from app.served_models import build_pool
 from app.settings import Settings
 from engine.scripted import ScriptedEngine
 from engine.warm.host import PoolHost
+from tests.client import scratch_data_dir
 
 
 async def test_start_up_objects_are_frozen_once_the_engine_is_ready() -> None:
@@ -28,3 +30,23 @@ async def test_start_up_objects_are_frozen_once_the_engine_is_ready() -> None:
         gc.unfreeze()
         gc.set_threshold(*threshold)
         await host.shutdown()
+
+
+async def test_the_server_stops_with_pythons_threshold() -> None:
+    """Serving, young collections are rare; once the app stops, they come as Python
+    makes them, so that what closes the engine is collected as before."""
+    gc.unfreeze()
+    threshold = gc.get_threshold()
+    gc.set_threshold(*PYTHON_GC_THRESHOLD)
+    app = create_app(Settings(data_dir=scratch_data_dir()), engine=ScriptedEngine())
+    try:
+        async with app.lifespan():
+            for _ in range(100):  # until the engine's start, a task of the lifespan
+                if gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY:
+                    break
+                await asyncio.sleep(0.01)
+            assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY
+        assert gc.get_threshold() == PYTHON_GC_THRESHOLD
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
