@@ -283,8 +283,9 @@ ENGINE_DEAD_EXIT_CODE = 4
 # The collector's youngest generation is collected every this many allocations (net of
 # frees) instead of Python's 700. The requests in flight keep a few thousand objects
 # alive at any moment, and a young collection walks them all each time to find nothing
-# (their objects are freed by reference counting): at 700 that walk was 5-7% of the
-# process's CPU at 64 concurrent requests; at 10,000 it runs a few times a second.
+# (their objects are freed by reference counting): at 700 that walk was 5-8% of the
+# process's CPU at 64 concurrent requests; at 10,000 it runs once or twice in 2,560
+# requests (docs/frontend.md, "Keys on, side by side").
 YOUNG_COLLECTION_EVERY = 10_000
 PYTHON_GC_THRESHOLD = gc.get_threshold()  # what the interpreter started with
 

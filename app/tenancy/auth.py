@@ -10,6 +10,8 @@
   can hold a key before it is made): a flood of random well-formed keys costs one query
   per distinct key, and concurrent lookups of one key share one query. Both caches are
   bounded, least recently used first out.
+  The digest of an `Authorization` header seen before is remembered (a client sends the
+  same one every time), so a cached key costs no SHA-256.
   When the database cannot be read, a key it confirmed less than `outage_s` ago keeps
   working from the cache (a revocation made meanwhile takes effect when it is back);
   past that, and for any key not cached, the answer is a 503 (it may be valid).

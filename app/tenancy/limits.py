@@ -63,7 +63,7 @@ class Bucket:
         """Seconds until the bucket is full again."""
         return 0.0 if self.rate <= 0 else max(0.0, (self.capacity - self.level) / self.rate)
 
-    def headers(self, now: float, names: tuple[bytes, bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    def headers(self, now: float, names: tuple[bytes, ...]) -> list[tuple[bytes, bytes]]:
         """The bucket's limit, remaining and reset headers (`names`), refilled to `now`."""
         self.refill(now)
         level = self.level
@@ -218,25 +218,16 @@ class Limiter:
         """OpenAI's x-ratelimit-* headers for the key, as they stand now."""
         now = self._clock()
         state = self._state(key_id, limits, now)
-        requests, tokens = state.requests, state.tokens
-        if tokens is None:
-            return requests.headers(now, _REQUESTS) if requests is not None else []
-        if requests is None:
-            return tokens.headers(now, _TOKENS)
-        return requests.headers(now, _REQUESTS) + tokens.headers(now, _TOKENS)
+        out: list[tuple[bytes, bytes]] = []
+        for names, bucket in ((_REQUESTS, state.requests), (_TOKENS, state.tokens)):
+            if bucket is not None:
+                out += bucket.headers(now, names)
+        return out
 
 
 # The header names of each bucket, encoded once (they go on every keyed response).
-_REQUESTS = (
-    b"x-ratelimit-limit-requests",
-    b"x-ratelimit-remaining-requests",
-    b"x-ratelimit-reset-requests",
-)
-_TOKENS = (
-    b"x-ratelimit-limit-tokens",
-    b"x-ratelimit-remaining-tokens",
-    b"x-ratelimit-reset-tokens",
-)
+_REQUESTS = tuple(b"x-ratelimit-%s-requests" % part for part in (b"limit", b"remaining", b"reset"))
+_TOKENS = tuple(b"x-ratelimit-%s-tokens" % part for part in (b"limit", b"remaining", b"reset"))
 
 
 def rpm_message(limit: int) -> str:

@@ -343,12 +343,10 @@ class Tenancy:
                 self.writer.refuse(key.id, "model_not_found", time.time())
             raise ModelNotFound(model)
         meter = RequestMeter(self, key, endpoint, model, n)
-        limiter = self.limiter
         try:
-            if isinstance(limiter, Limiter):  # this process's own: no coroutine to await
-                meter.reservation = limiter.admit(key.id, key.limits, reserve_tokens, slots)
-            else:
-                meter.reservation = await limiter.acquire(key.id, key.limits, reserve_tokens, slots)
+            meter.reservation = await self.limiter.acquire(
+                key.id, key.limits, reserve_tokens, slots
+            )
         except RateLimited as exc:
             if self.writer is not None:  # a count per key, minute and reason; not a row
                 self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)

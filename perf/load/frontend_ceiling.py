@@ -26,6 +26,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import httpx
 import psutil
@@ -46,6 +47,12 @@ class Tally:
 
 
 AUTHORIZATION = ""  # "Authorization: Bearer ...\r\n" with --keys
+SCENARIOS = ("streamed", "non-streamed")
+
+
+def output_file(stem: str, tag: str, suffix: str) -> Path:
+    """Where a run writes `stem` (its server's log, its figures): `--tag` in the name."""
+    return OUT / f"{stem}{'-' + tag if tag else ''}{suffix}"
 
 
 def _request(port: int, tokens: int, stream: bool) -> bytes:
@@ -289,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per streamed request")
     parser.add_argument("--short-tokens", type=int, default=16, help="tokens per plain request")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario")
-    parser.add_argument("--only", choices=("streamed", "non-streamed"), help="one scenario")
+    parser.add_argument("--only", choices=SCENARIOS, help="one scenario")
     parser.add_argument("--tag", default="", help="suffix of the output files' names")
     parser.add_argument("--granian-opt", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument(
@@ -307,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     env = _keys_env() if args.keys else None
     argv = scripted_argv(args.port, "create", *args.granian_opt, workers=args.workers)
-    log = OUT / f"frontend_server{'-' + args.tag if args.tag else ''}.log"
+    log = output_file("frontend_server", args.tag, ".log")
     server = Server(argv, log, port=args.port, env=env)
     try:
         server.wait_healthy(60)
@@ -317,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         results = [
             measure(server, args.port, args.concurrency, tokens, stream, args.duration)
             for stream, tokens in ((True, args.tokens), (False, args.short_tokens))
-            if args.only in (None, "streamed" if stream else "non-streamed")
+            if args.only in (None, SCENARIOS[0] if stream else SCENARIOS[1])
         ]
     finally:
         server.stop()
@@ -330,9 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"    {name}: {cpu} s CPU, {voluntary} voluntary / {involuntary} "
                 "involuntary switches"
             )
-    name = f"frontend_ceiling{'-' + args.tag if args.tag else ''}"
-    (OUT / f"{name}.md").write_text(text + "\n")
-    (OUT / f"{name}.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    output_file("frontend_ceiling", args.tag, ".md").write_text(text + "\n")
+    figures = json.dumps([asdict(r) for r in results], indent=1)
+    output_file("frontend_ceiling", args.tag, ".json").write_text(figures)
     return 0 if all(r.errors == 0 for r in results) else 1
 
 

@@ -19,12 +19,11 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from perf.harness.results import output
+from perf.load.frontend_ceiling import SCENARIOS, output_file
 
-CEILING_OUT = output("frontend-ceiling")
 OUT = output("frontend-pair")
 SIDES = (("off", False), ("on", True))
 
@@ -62,7 +61,8 @@ def run_round(args: argparse.Namespace, number: int) -> dict[str, dict[str, Any]
         log.close()
         if code != 0:
             raise SystemExit(f"round {number}, keys {side}: exit {code} (see {log.name})")
-        (result,) = json.loads(Path(CEILING_OUT / f"frontend_ceiling-pair-{side}.json").read_text())
+        figures_file = output_file("frontend_ceiling", f"pair-{side}", ".json")
+        (result,) = json.loads(figures_file.read_text())
         figures[side] = {**result, "core": core}
     return figures
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per run")
-    parser.add_argument("--only", choices=("streamed", "non-streamed"), default="non-streamed")
+    parser.add_argument("--only", choices=SCENARIOS, default=SCENARIOS[1])
     parser.add_argument("--port", type=int, default=8011, help="keys off's; keys on's is next")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
