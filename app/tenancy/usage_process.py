@@ -46,7 +46,7 @@ import msgspec
 
 from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS
 from app.tenancy.usage_child import Done, Insert
-from engine.remote.framing import HEADER, frame
+from engine.remote.framing import FrameReader, frame
 
 log = logging.getLogger("lilac.usage")
 
@@ -95,7 +95,7 @@ class ProcessInserts:
                     return
             try:
                 reply = await child.exchange(payload)
-            except (OSError, asyncio.IncompleteReadError) as exc:
+            except OSError as exc:
                 self._child = None
                 child.discard()
                 code = child.process.poll()
@@ -136,22 +136,51 @@ class ProcessInserts:
                 await fallback.close()
 
 
+class _Replies(asyncio.Protocol):
+    """The parent's end of the socket: each reply frame resolves the insert waiting for
+    it. A protocol, not asyncio's streams: one write and one callback per commit, with
+    no reader or writer coroutines around them (a commit every few milliseconds under
+    load, each on the event loop's thread)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.waiting: asyncio.Future[Done] | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+        self._frames = FrameReader(self._reply)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a socket's: a Transport
+
+    def data_received(self, data: bytes) -> None:
+        self._frames.feed(data)
+
+    def _reply(self, payload: memoryview) -> None:
+        waiting, self.waiting = self.waiting, None
+        if waiting is not None and not waiting.done():
+            try:
+                waiting.set_result(_decoder.decode(payload))
+            except msgspec.DecodeError as exc:
+                waiting.set_exception(OSError(f"an unreadable reply ({exc})"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        waiting, self.waiting = self.waiting, None
+        if waiting is not None and not waiting.done():
+            waiting.set_exception(exc or ConnectionResetError("the socket closed"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 class _Child:
-    """One child process and the parent's end of its socket, as asyncio streams."""
+    """One child process and the parent's end of its socket."""
 
     def __init__(
-        self,
-        process: subprocess.Popen[bytes],
-        sock: socket.socket,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        self, process: subprocess.Popen[bytes], sock: socket.socket, replies: _Replies
     ) -> None:
         self.process = process
         self._sock = sock
         self.loop = asyncio.get_running_loop()
         self.answered = False  # whether a reply came: the child did start
-        self._reader = reader
-        self._writer = writer
+        self._replies = replies
 
     @classmethod
     async def start(cls, path: Path, busy_timeout_ms: int) -> _Child:
@@ -170,22 +199,28 @@ class _Child:
         finally:
             child_sock.close()
         try:
-            reader, writer = await asyncio.open_connection(sock=parent_sock)
+            _, replies = await asyncio.get_running_loop().create_connection(
+                _Replies, sock=parent_sock
+            )
         except BaseException:
             parent_sock.close()
             process.kill()
             _reap(process)
             raise
-        return cls(process, parent_sock, reader, writer)
+        return cls(process, parent_sock, replies)
 
     async def exchange(self, payload: bytes) -> Done:
-        """Send one frame; the reply, once the child has committed."""
-        self._writer.write(payload)
-        await self._writer.drain()
-        header = await self._reader.readexactly(HEADER.size)
-        body = await self._reader.readexactly(HEADER.unpack(header)[0])
+        """Send one frame; the reply, once the child has committed (OSError when the
+        socket closed first)."""
+        replies = self._replies
+        transport = replies.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("the socket closed")
+        reply = replies.waiting = self.loop.create_future()
+        transport.write(payload)
+        done = await reply
         self.answered = True
-        return _decoder.decode(body)
+        return done
 
     def discard(self) -> None:
         """Close the socket without waiting; the child is reaped once it has ended."""
@@ -195,17 +230,21 @@ class _Child:
     def _close(self) -> bool:
         """Close the socket: through its transport on its own loop (True), else the
         socket itself (its loop is another, or closed: the transport cannot)."""
+        transport = self._replies.transport
         with contextlib.suppress(RuntimeError):
-            if asyncio.get_running_loop() is self.loop and not self.loop.is_closed():
-                self._writer.close()
+            if (
+                transport is not None
+                and asyncio.get_running_loop() is self.loop
+                and not self.loop.is_closed()
+            ):
+                transport.close()
                 return True
         self._sock.close()
         return False
 
     async def stop(self) -> None:
         if self._close():
-            with contextlib.suppress(OSError):
-                await self._writer.wait_closed()
+            await self._replies.closed
         waited = 0.0
         while self.process.poll() is None:
             if waited >= CLOSE_WAIT_S:

@@ -285,13 +285,14 @@ class UsageWriter:
     async def _touch(self, records: list[UsageRecord]) -> None:
         if self._keys is None:
             return
+        # Each key's last record in the batch: one look per key, not per record.
+        latest = {record.key_id: record.created_at for record in records}
         last_used: dict[str, float] = {}
-        for record in records:
-            key_id = record.key_id
-            if key_id is not None and (
-                record.created_at - self._touched.get(key_id, 0.0) >= TOUCH_EVERY_S
-            ):
-                last_used[key_id] = self._touched[key_id] = record.created_at
+        for key_id, at in latest.items():
+            if key_id is not None and at - self._touched.get(key_id, 0.0) >= TOUCH_EVERY_S:
+                last_used[key_id] = self._touched[key_id] = at
+        if not last_used:
+            return
         try:
             await self._keys.touch(last_used)
         except Exception as exc:  # the records are committed; `last_used_at` can wait
