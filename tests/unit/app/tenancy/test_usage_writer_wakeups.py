@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.usage_spool import UsageSpool
