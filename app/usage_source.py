@@ -27,5 +27,13 @@ class UsageSource(Protocol):
     def engine_completion_tokens(self) -> int:
         """The engine's own count of the tokens it generated: what is billed."""
 
+    @property
+    def cached_tokens(self) -> int:
+        """The prompt tokens read from the prefix cache, as `usage()` reports them."""
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """The reasoning tokens, as `usage()` reports them."""
+
     def usage(self) -> Usage:
         """The usage the response reports."""

@@ -111,6 +111,14 @@ class Generation(ABC, Generic[StateT]):
 
     # ------------------------------------------------------------ the skeleton
 
+    @property
+    def cached_tokens(self) -> int:
+        return sum(self._cached_tokens.values())
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self._reasoning_tokens
+
     def usage(self) -> Usage:
         prompt = sum(self._prompt_tokens.values())
         completion = self._completion_tokens

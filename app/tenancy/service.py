@@ -169,11 +169,10 @@ class RequestMeter:
             request_id = uuid.uuid4().hex
         else:
             request_id = source.id  # the response's `id`
-            usage = source.usage()
             prompt = source.engine_prompt_tokens
             completion = source.engine_completion_tokens
-            cached = usage.prompt_tokens_details.cached_tokens
-            reasoning = usage.completion_tokens_details.reasoning_tokens
+            cached = source.cached_tokens
+            reasoning = source.reasoning_tokens
             first = source.first_output_at
             ttft_ms = (first - self.started) * 1000 if first is not None else None
         return UsageRecord(

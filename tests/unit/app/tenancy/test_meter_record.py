@@ -1,0 +1,52 @@
+"""The usage record a request's meter makes bills what the response reports: the
+engine's prompt and output counts, and the cached and reasoning tokens of its `usage`
+(read from the generation without building the usage body again)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from app.schemas.chat import ChatCompletionRequest
+from app.services.chat_generation import ChatGeneration
+from app.tenancy.auth import Authenticator
+from app.tenancy.keys import KeyRecord
+from app.tenancy.service import RequestMeter, Tenancy
+from engine.protocol import ChoiceDelta, GenerateOutput
+
+
+def generation_of_two_prompts() -> ChatGeneration:
+    request = msgspec.json.decode(
+        b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}',
+        type=ChatCompletionRequest,
+    )
+    generation = ChatGeneration(request, "chatcmpl-meter")
+    states = generation.choice_states()
+    steps = [
+        (0, GenerateOutput(7, [ChoiceDelta(0, "a", 3, reasoning_token_count=2)], cached_tokens=4)),
+        (1, GenerateOutput(9, [ChoiceDelta(1, "b", 5, reasoning_token_count=1)], cached_tokens=6)),
+        (0, GenerateOutput(7, [ChoiceDelta(0, "c", 2, "stop")], cached_tokens=4)),
+    ]
+    for position, output in steps:
+        generation.accumulate(states, position, output)
+        generation.accepted(0)
+    generation.accepted(16)
+    generation.generated(10)
+    return generation
+
+
+def test_the_cached_and_reasoning_counts_are_the_usage_bodys() -> None:
+    generation = generation_of_two_prompts()
+    usage = generation.usage()
+    assert usage.prompt_tokens_details.cached_tokens == generation.cached_tokens == 10
+    assert usage.completion_tokens_details.reasoning_tokens == generation.reasoning_tokens == 3
+
+
+def test_the_record_bills_the_engines_counts_and_the_bodys_details() -> None:
+    key = KeyRecord(id="key_meter", name="meter", created_at=0.0)
+    meter = RequestMeter(Tenancy(Authenticator()), key, "/v1/chat/completions", "m", 2)
+    meter.usage_source = generation_of_two_prompts()
+    record = meter.record("completed")
+    assert record.request_id == "chatcmpl-meter" and record.key_id == "key_meter"
+    assert (record.prompt_tokens, record.completion_tokens) == (16, 10)
+    assert (record.cached_tokens, record.reasoning_tokens) == (10, 3)
+    assert record.n == 2 and record.outcome == "completed"
