@@ -75,7 +75,10 @@ class UsageWriter:
         self._spool = UsageSpool(spool)
         self.dead_letter_file = self._spool.dead_letter_file
         self._keys = keys
-        self._pending: list[tuple[UsageRecord, asyncio.Future[None] | None]] = []
+        # The records queued for the next commit, and the futures of those a caller
+        # awaits (`submit`ted ones have none): two lists, each a plain pass at commit.
+        self._pending: list[UsageRecord] = []
+        self._waiting: list[asyncio.Future[None]] = []
         self._refusals = RefusalCounts()
         # Which metered requests run and when rows came: when a group commit starts.
         self.window = CommitWindow()
@@ -109,7 +112,8 @@ class UsageWriter:
         caller cancelled meanwhile cancels only its wait: the record stays queued and is
         written with the others (the flush skips a future that is done)."""
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((record, future))
+        self._pending.append(record)
+        self._waiting.append(future)
         self.window.arrived()
         self._wake()
         if self._task is None:  # started by the app's lifespan; else (a tool, a test) here
@@ -118,7 +122,7 @@ class UsageWriter:
 
     def submit(self, record: UsageRecord) -> None:
         """Queue a record without waiting (a cancelled request: nobody waits for it)."""
-        self._pending.append((record, None))
+        self._pending.append(record)
         self.window.arrived()
         self._wake()
         self.start()
@@ -184,16 +188,17 @@ class UsageWriter:
         if not self._pending:
             return
         batch, self._pending = self._pending, []
+        waiting, self._waiting = self._waiting, []
         self.window.taken()
         try:
-            unwritten = await self._commit([record for record, _ in batch])
+            unwritten = await self._commit(batch)
             self.commits += 1
             if unwritten:
                 self._spool.append(unwritten)
                 self.spooled += len(unwritten)
         finally:
-            for _, future in batch:
-                if future is not None and not future.done():
+            for future in waiting:
+                if not future.done():
                     future.set_result(None)
 
     async def _commit(self, records: list[UsageRecord]) -> list[UsageRecord]:
@@ -257,7 +262,7 @@ class UsageWriter:
         if direct is not None:
             # Rows as tuples, one statement, on the writer's own connection: SQLAlchemy's
             # compile, binding and thread hops cost more than the commit's own work.
-            await direct.insert([_values(r) for r in records])
+            await direct.insert(list(map(_values, records)))
             return
         if self.database.dialect.name == "sqlite":  # in memory, or with URL options
             async with self.database.begin() as conn:
