@@ -7,8 +7,12 @@ Each round runs `python -m perf frontend-ceiling` twice at once, keys off and ke
 two swap cores every round. On a shared machine a neighbour's load changes one run of
 the ceiling from the next by a fifth or more; run side by side, both sides of a round
 get the same neighbours, and swapping cores cancels what differs between the cores.
-Prints each round's figures and the median and mean of keys on ÷ keys off, for the
-worker's CPU and for the worker and its usage writer together.
+Prints each round's figures and the median, mean and geometric mean of keys on ÷ keys
+off, for the worker's CPU and for the worker and its usage writer together.
+
+With `--same-core`, both sides run on one core at once (taking turns on it, each with
+its client), the other core the next round: they share the core's caches and its
+neighbours as well as the time.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ def two_cores() -> tuple[int, int]:
     return cores[0], cores[1]
 
 
+def core_of(cores: tuple[int, int], number: int, side: int, same_core: bool) -> int:
+    """Round `number`'s core for side 0 (keys off) or 1 (keys on): each its own, swapped
+    every round; with `same_core`, one for both, the other one the next round."""
+    return cores[number % 2] if same_core else cores[(number + side) % 2]
+
+
 def ceiling_argv(args: argparse.Namespace, side: str, keys: bool, port: int) -> list[str]:
     argv = [sys.executable, "-m", "perf", "frontend-ceiling", "--tag", f"pair-{side}"]
     argv += ["--port", str(port), "--duration", str(args.duration), "--only", args.only]
@@ -46,7 +56,7 @@ def run_round(args: argparse.Namespace, number: int) -> dict[str, dict[str, Any]
     cores = two_cores()
     running = []
     for index, (side, keys) in enumerate(SIDES):
-        core = cores[(number + index) % 2]
+        core = core_of(cores, number, index, args.same_core)
         log = (OUT / f"round-{number}-{side}.log").open("w")
         process = subprocess.Popen(
             ceiling_argv(args, side, keys, args.port + index),
@@ -86,7 +96,8 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> str:
     for name, values in (("worker", worker), ("with the writer", writer)):
         lines.append(
             f"\nkeys on ÷ keys off, {name}: median {statistics.median(values):.3f}, "
-            f"mean {statistics.mean(values):.3f} over {len(values)} rounds"
+            f"mean {statistics.mean(values):.3f}, geometric mean "
+            f"{statistics.geometric_mean(values):.3f} over {len(values)} rounds"
         )
     return "\n".join(lines)
 
@@ -97,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per run")
     parser.add_argument("--only", choices=SCENARIOS, default=SCENARIOS[1])
     parser.add_argument("--port", type=int, default=8011, help="keys off's; keys on's is next")
+    parser.add_argument(
+        "--same-core",
+        action="store_true",
+        help="both sides on one core (taking turns on it), the other core each next round",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     rounds = []

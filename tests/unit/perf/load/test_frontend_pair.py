@@ -1,12 +1,13 @@
 """The side-by-side ceiling: each round's two runs get different cores, swapped the next
-round, and the summary's ratios are keys on over keys off."""
+round (or share one, `--same-core`), and the summary's ratios are keys on over keys
+off."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from perf.load.frontend_pair import ceiling_argv, summary
+from perf.load.frontend_pair import ceiling_argv, core_of, summary
 
 
 def side(tokens: int, with_writer: int, core: int) -> dict[str, Any]:
@@ -38,5 +39,13 @@ def test_the_summary_gives_keys_on_over_keys_off() -> None:
     text = summary(rounds)
     assert "| 1 | 0 / 1 | 1.5 | 100 | 90 | 0.900 | 0.800 |" in text
     assert "| 2 | 1 / 0 | 1.5 | 200 | 210 | 1.050 | 0.950 |" in text
-    assert "worker: median 0.960, mean 0.970 over 3 rounds" in text
-    assert "with the writer: median 0.900, mean 0.883 over 3 rounds" in text
+    assert "worker: median 0.960, mean 0.970, geometric mean 0.968 over 3 rounds" in text
+    assert "with the writer: median 0.900, mean 0.883, geometric mean 0.881 over 3 rounds" in text
+
+
+def test_each_side_has_its_core_swapped_each_round_or_both_share_one() -> None:
+    cores = (0, 1)
+    apart = [(core_of(cores, n, 0, False), core_of(cores, n, 1, False)) for n in range(3)]
+    assert apart == [(0, 1), (1, 0), (0, 1)]
+    together = [(core_of(cores, n, 0, True), core_of(cores, n, 1, True)) for n in range(3)]
+    assert together == [(0, 0), (1, 1), (0, 0)]
