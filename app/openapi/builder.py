@@ -66,9 +66,19 @@ def _operation(route: Route) -> dict[str, Any]:
         ok_content[route.ok_media] = {"schema": _schema(route.ok)}
     if route.streams is not None:
         ok_content[SSE] = {
+            # One event, as SSE parsers (and OpenAPI 3.2's `itemSchema`) see it: its
+            # `data` (the JSON text of the chunk) and, on the routes that name them, its
+            # `event`.
             "schema": {
-                "type": "string",
+                "type": "object",
                 "description": route.stream_text.format(name=_name(route.streams)),
+                "properties": {
+                    "event": {"type": "string"},
+                    "data": {"type": "string"},
+                    "id": {"type": "string"},
+                    "retry": {"type": "integer"},
+                },
+                "required": ["data"],
             },
             "x-event-schema": _event_schema(route.streams),
         }

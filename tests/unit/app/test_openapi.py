@@ -117,3 +117,20 @@ def test_api_conforms_to_its_document(case: schemathesis.Case) -> None:
             response_schema_conformance,
         ]
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+    ],
+)
+def test_a_stream_conforms_event_by_event(path: str, body: dict[str, Any]) -> None:
+    """Each event of a streamed answer (its `data`, and `event` where named) is what the
+    document says a stream's event is."""
+    operation = schema[path]["POST"]
+    case = operation.Case(body={"model": "scripted", "stream": True, "max_tokens": 4, **body})
+    response = case.call_and_validate(checks=[response_schema_conformance])
+    assert response.status_code == 200
+    assert response.headers["content-type"][0].startswith("text/event-stream")

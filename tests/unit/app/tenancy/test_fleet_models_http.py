@@ -49,6 +49,8 @@ async def replica(
             yield http, tenancy
     finally:
         await fleet.close()
+        if tenancy.writer is not None:  # its child process ends with it (no lifespan here)
+            await tenancy.writer.close()
 
 
 def fleet_of(tenancy: Tenancy) -> FleetModels:

@@ -18,15 +18,17 @@ from tests.unit.app.tenancy.test_usage_bounded import record
 async def test_the_writer_cpu_is_its_usage_child_s_only(tmp_path: Path) -> None:
     path = tmp_path / "lilac.db"
     await (await open_database(f"sqlite:///{path}")).dispose()
+    # Another test of this process may have left a writer's child running: not this one's.
+    earlier = set(_writer_cpu([psutil.Process()]))
     inserts = ProcessInserts(path)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         await inserts.insert([_values(record(f"r-{i}")) for i in range(200)])
         counted = _writer_cpu([psutil.Process()])
-        assert set(counted) == {inserts.pid}  # not the other child
+        assert set(counted) - earlier == {inserts.pid}  # not the other child
         assert counted[inserts.pid] > 0
     finally:
         other.kill()
         other.wait()
         await inserts.close()
-    assert _writer_cpu([psutil.Process()]) == {}
+    assert set(_writer_cpu([psutil.Process()])) <= earlier
