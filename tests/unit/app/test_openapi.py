@@ -5,6 +5,7 @@ in-process ASGI): no 5xx, and every response matches the document."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import httpx
 import msgspec
