@@ -61,16 +61,11 @@ class Bucket:
 
     def headers(self, now: float, names: tuple[bytes, ...]) -> list[tuple[bytes, bytes]]:
         """The bucket's limit, remaining and reset (until full again) headers (`names`),
-        refilled to `now`; `refill` written out: this runs twice on every keyed response."""
-        level, capacity, rate = self.level, self.capacity, self.rate
-        if now > self.stamp:
-            level += (now - self.stamp) * rate
-            if level > capacity:
-                level = capacity
-            self.level = level
-        self.stamp = now
+        refilled to `now`."""
+        self.refill(now)
+        level, rate = self.level, self.rate
         limit, remaining, reset = names
-        missing = capacity - level
+        missing = self.capacity - level
         return [
             (limit, self.capacity_text),
             (remaining, b"%d" % level if level >= 1 else b"0"),
