@@ -180,7 +180,7 @@ MAX_SCHEMA_CHARS = 100_000  # characters of every key and string
 
 def check_schema_size(schema: Any, param: str) -> int:
     """Reject a schema nested deeper, or larger, than the bounds above; return its number
-    of values. Walks without recursion, and stops as soon as a bound is passed."""
+    of values. Walks without recursion, and stops as soon as a bound is sure to be passed."""
     nodes = chars = 0
     stack: list[tuple[Any, int]] = [(schema, 1)]
     while stack:
@@ -193,6 +193,11 @@ def check_schema_size(schema: Any, param: str) -> int:
                     param=param,
                     code="schema_too_deep",
                 )
+            # Every value stacked is counted when popped: a container whose values
+            # would pass the bound is refused before any of them is stacked, so the
+            # walk's work stays bounded however wide the schema.
+            if nodes + len(stack) + len(value) > MAX_SCHEMA_NODES:
+                raise _too_large(param)
             if isinstance(value, dict):
                 chars += sum(len(key) for key in value)
                 stack.extend((item, depth + 1) for item in value.values())
@@ -201,13 +206,17 @@ def check_schema_size(schema: Any, param: str) -> int:
         elif isinstance(value, str):
             chars += len(value)
         if nodes > MAX_SCHEMA_NODES or chars > MAX_SCHEMA_CHARS:
-            raise EngineRequestError(
-                f"The JSON schema is too large: at most {MAX_SCHEMA_NODES} values and "
-                f"{MAX_SCHEMA_CHARS} characters of keys and strings.",
-                param=param,
-                code="schema_too_large",
-            )
+            raise _too_large(param)
     return nodes
+
+
+def _too_large(param: str) -> EngineRequestError:
+    return EngineRequestError(
+        f"The JSON schema is too large: at most {MAX_SCHEMA_NODES} values and "
+        f"{MAX_SCHEMA_CHARS} characters of keys and strings.",
+        param=param,
+        code="schema_too_large",
+    )
 
 
 # Schemas found valid, by digest: jsonschema's check takes 2-5 ms for a small tool's

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -60,9 +61,11 @@ async def retrieve(http: httpx.AsyncClient, secret: str, response_id: str) -> di
 
 
 async def until(
-    runner: DeferredRunner, done: Callable[[], Awaitable[bool]], steps: int = 500
+    runner: DeferredRunner, done: Callable[[], Awaitable[bool]], timeout_s: float = 30.0
 ) -> None:
-    for _ in range(steps):
+    """Step the runner until `done`, bounded by time (a busy machine slows the tokens)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         await runner.step()
         if await done():
             return

@@ -68,9 +68,12 @@ async def create(http: httpx.AsyncClient, secret: str, file_id: str) -> dict[str
 
 
 async def until(
-    runner: DeferredRunner, done: Callable[[], Awaitable[bool]], steps: int = 400
+    runner: DeferredRunner, done: Callable[[], Awaitable[bool]], timeout_s: float = 30.0
 ) -> None:
-    for _ in range(steps):
+    """Step the runner until `done`: bounded by time, not steps, since a busy machine
+    slows the scripted engine's tokens (a batch of long lines takes seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         await runner.step()
         if await done():
             return
