@@ -13,7 +13,7 @@ body: the server then never iterates it). Its `aclose` is what guarantees the la
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from app.error_handlers import to_api_error
@@ -39,7 +39,7 @@ class RequestEnd(Protocol):
 
     usage_source: UsageSource | None
 
-    async def finish(self, exc: BaseException | None = None) -> None: ...
+    def finish(self, exc: BaseException | None = None) -> Awaitable[None]: ...
 
     def abandon(self, exc: BaseException) -> None: ...
 

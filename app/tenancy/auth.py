@@ -136,6 +136,15 @@ class DatabaseKeys(Authenticator):
         return len(self._known), len(self._unknown)
 
     async def authenticate(self, header: bytes | None) -> KeyRecord | None:
+        # Most requests: a header seen before, of a key read within the TTL (the same
+        # steps as `_digest` and `_record`, without their calls on every request).
+        digest = self._digests.get(header) if header is not None else None
+        if digest is not None:
+            known = self._known.get(digest)
+            if known is not None and self._clock() - known.fetched_at < self._ttl_s:
+                if known.record.revoked_at is not None:
+                    raise InvalidKey
+                return known.record
         record = await self._record(self._digest(header))
         if record is None or record.revoked:
             raise InvalidKey

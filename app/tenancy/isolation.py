@@ -29,21 +29,23 @@ def cache_salt(key: KeyRecord | None, client_salt: str | None) -> str | None:
     pairs encode alike)."""
     if key is None:
         return client_salt
-    scope = cache_scope(key)
-    if client_salt is None:  # most requests: one digest per scope, kept
-        salt = _scope_salts.get(scope)
-        if salt is None:
-            if len(_scope_salts) >= MAX_SCOPE_SALTS:
-                _scope_salts.clear()
-            salt = _scope_salts[scope] = _digest(scope, None)
+    if client_salt is None:  # most requests: one digest per key, kept
+        kept = _key_salts.get(key.id)
+        if kept is not None and kept[0] == key.cache_group:
+            return kept[1]
+        if len(_key_salts) >= MAX_KEY_SALTS:
+            _key_salts.clear()
+        salt = _digest(cache_scope(key), None)
+        _key_salts[key.id] = (key.cache_group, salt)
         return salt
-    return _digest(scope, client_salt)
+    return _digest(cache_scope(key), client_salt)
 
 
-# The salt of each scope without a client's salt. A scope is a key's or a group's, of
-# authenticated keys only: bounded by the keys that exist, and cleared past this size.
-MAX_SCOPE_SALTS = 10_000
-_scope_salts: dict[str, str] = {}
+# Each key's salt without a client's salt, with the cache group it was made for (a key
+# moved to another group gets a new one). Of authenticated keys only: bounded by the
+# keys that exist, and cleared past this size.
+MAX_KEY_SALTS = 10_000
+_key_salts: dict[str, tuple[str | None, str]] = {}
 
 
 def _digest(scope: str, client_salt: str | None) -> str:

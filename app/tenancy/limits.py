@@ -48,7 +48,8 @@ class Bucket:
     def refill(self, now: float) -> None:
         elapsed = now - self.stamp
         if elapsed > 0:
-            self.level = min(self.capacity, self.level + elapsed * self.rate)
+            level = self.level + elapsed * self.rate
+            self.level = level if level < self.capacity else self.capacity
         self.stamp = now
 
     def wait_for(self, amount: float) -> float:
@@ -101,7 +102,8 @@ def give_back_slots(keys: Mapping[str, S], reservation: Reservation) -> S | None
     state = keys.get(reservation.key_id)
     if state is None:
         return None
-    state.in_flight = max(0, state.in_flight - reservation.slots)
+    left = state.in_flight - reservation.slots
+    state.in_flight = left if left > 0 else 0
     return state
 
 
@@ -139,8 +141,10 @@ class Limiter:
         self._keys: dict[str, KeyState] = {}
 
     def _state(self, key_id: str, limits: KeyLimits, now: float) -> KeyState:
+        """The key's state. Callers look in `_keys` first: most calls find it there with
+        the very `limits` object of the cached key."""
         state = self._keys.get(key_id)
-        if state is not None and state.limits is limits:  # the cached key's: most calls
+        if state is not None and state.limits is limits:
             return state
         # New, or its limits were changed; else the same limits in a record the key
         # cache read again (each second): kept, so the next calls find it the same object.
@@ -156,21 +160,22 @@ class Limiter:
         plus reserved output) for the key, or raise `RateLimited` saying which limit and
         when to retry. Nothing is taken when any limit refuses."""
         now = self._clock()
-        state = self._state(key_id, limits, now)
+        state = self._keys.get(key_id)
+        if state is None or state.limits is not limits:
+            state = self._state(key_id, limits, now)
         requests, budget = state.requests, state.tokens
         cap = limits.max_concurrent
         if cap is not None and state.in_flight + slots > cap:
             raise RateLimited(concurrency_message(cap, slots), 1.0 if slots <= cap else 60.0)
+        # `wait_for` only once a bucket is short: it runs on every keyed request.
         if requests is not None:
             requests.refill(now)
-            wait = requests.wait_for(1)
-            if wait > 0:
-                raise RateLimited(rpm_message(requests.capacity), wait)
+            if requests.level < 1:
+                raise RateLimited(rpm_message(requests.capacity), requests.wait_for(1))
         if budget is not None:
             budget.refill(now)
-            wait = budget.wait_for(tokens)
-            if wait > 0:
-                raise RateLimited(tpm_message(budget.capacity, tokens), wait)
+            if budget.level < tokens:
+                raise RateLimited(tpm_message(budget.capacity, tokens), budget.wait_for(tokens))
             budget.level -= tokens
         if requests is not None:
             requests.level -= 1
@@ -210,12 +215,15 @@ class Limiter:
         state = give_back_slots(self._keys, reservation)
         if state is not None and state.tokens is not None:
             bucket = state.tokens
-            bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
+            level = bucket.level + reservation.tokens - used_tokens
+            bucket.level = level if level < bucket.capacity else bucket.capacity
 
     def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
         """OpenAI's x-ratelimit-* headers for the key, as they stand now."""
         now = self._clock()
-        state = self._state(key_id, limits, now)
+        state = self._keys.get(key_id)
+        if state is None or state.limits is not limits:
+            state = self._state(key_id, limits, now)
         requests, tokens = state.requests, state.tokens
         out = requests.headers(now, _REQUESTS) if requests is not None else []
         if tokens is not None:

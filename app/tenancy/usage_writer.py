@@ -1,7 +1,7 @@
 """The writer that makes usage records durable.
 
-Each request becomes one `UsageRecord`. `UsageWriter.write` returns once the record is
-durable: the generation routes await it before the client gets the last byte of the
+Each request becomes one `UsageRecord`. `UsageWriter.write` gives a future done once the
+record is durable: the generation routes await it before the client gets the last byte of the
 response, so a completed request is never billed from memory alone. Records that
 arrive together are committed together (one transaction: a group commit); while other
 metered requests run, a commit waits a little for them to join it
@@ -14,8 +14,8 @@ fails, in `usage-dead-letter.jsonl` beside the spool), counted in
 `lilac_usage_dead_letter_total` and logged once; the records behind it are committed.
 
 When the database is down, the records go to an append-only spool file (JSON lines,
-fsynced) next to the database and `write` still returns: the record is durable on
-local disk. The writer retries the spool every second once the database is back, as a
+fsynced) next to the database and the future of `write` is still done: the record is
+durable on local disk. The writer retries the spool every second once the database is back, as a
 group and, when that fails, row by row (a spooled dead letter is set aside as above, a
 line that does not parse too); only rows still unwritten stay in the spool.
 `request_id` is unique, so a record spooled twice is written once.
@@ -107,10 +107,12 @@ class UsageWriter:
             self._closing = False
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def write(self, record: UsageRecord) -> None:
-        """Returns when the record is committed (or spooled, or set aside, on disk). A
-        caller cancelled meanwhile cancels only its wait: the record stays queued and is
-        written with the others (the flush skips a future that is done)."""
+    def write(self, record: UsageRecord) -> asyncio.Future[None]:
+        """Queue the record; the future is done when the record is committed (or
+        spooled, or set aside, on disk). A plain function returning the future, not a
+        coroutine: it runs once per metered request. Cancelling the future (its caller
+        was cancelled) cancels only the wait: the record stays queued and is written
+        with the others (the flush skips a future that is done)."""
         future = asyncio.get_running_loop().create_future()
         self._pending.append(record)
         self._waiting.append(future)
@@ -118,7 +120,7 @@ class UsageWriter:
         self._wake()
         if self._task is None:  # started by the app's lifespan; else (a tool, a test) here
             self.start()
-        await future
+        return future
 
     def submit(self, record: UsageRecord) -> None:
         """Queue a record without waiting (a cancelled request: nobody waits for it)."""

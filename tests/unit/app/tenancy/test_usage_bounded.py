@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -247,9 +248,7 @@ def test_the_usage_command_shows_refusals(
 
 
 def _asdict(item: UsageRecord) -> dict[str, object]:
-    import dataclasses
-
-    return dataclasses.asdict(item)
+    return msgspec.structs.asdict(item)
 
 
 async def test_a_locked_database_spools_rows_and_sets_none_aside(tmp_path: Path) -> None:
