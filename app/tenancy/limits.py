@@ -33,17 +33,25 @@ class RateLimited(Exception):
         self.retry_after_s = min(retry_after_s, 60.0)
 
 
+# The header names of each bucket, encoded once (they go on every keyed response).
+_REQUESTS = tuple(b"x-ratelimit-%s-requests" % part for part in (b"limit", b"remaining", b"reset"))
+_TOKENS = tuple(b"x-ratelimit-%s-tokens" % part for part in (b"limit", b"remaining", b"reset"))
+
+
 class Bucket:
-    """`capacity` units, refilled at capacity per minute."""
+    """`capacity` units, refilled at capacity per minute; `names` are its limit,
+    remaining and reset headers."""
 
-    __slots__ = ("capacity", "capacity_text", "level", "rate", "stamp")
+    __slots__ = ("capacity", "level", "limit_header", "names", "rate", "stamp")
 
-    def __init__(self, capacity: int, now: float) -> None:
+    def __init__(self, capacity: int, now: float, names: tuple[bytes, ...]) -> None:
         self.capacity = capacity
-        self.capacity_text = b"%d" % capacity  # the limit header's value
         self.rate = capacity / 60.0
         self.level = float(capacity)
         self.stamp = now
+        self.names = names
+        # The limit header never changes: made once, sent on every keyed response.
+        self.limit_header = (names[0], b"%d" % capacity)
 
     def refill(self, now: float) -> None:
         elapsed = now - self.stamp
@@ -60,18 +68,24 @@ class Bucket:
             return math.inf
         return (amount - self.level) / self.rate
 
-    def headers(self, now: float, names: tuple[bytes, ...]) -> list[tuple[bytes, bytes]]:
-        """The bucket's limit, remaining and reset (until full again) headers (`names`),
-        refilled to `now`."""
+    def headers(self, now: float) -> tuple[tuple[bytes, bytes], ...]:
+        """The bucket's limit, remaining and reset (until full again) headers, refilled
+        to `now`."""
         self.refill(now)
         level, rate = self.level, self.rate
-        limit, remaining, reset = names
         missing = self.capacity - level
-        return [
-            (limit, self.capacity_text),
+        if missing <= 0 or rate <= 0:
+            reset = b"0ms"
+        elif missing < rate:  # under a second, as on most responses of a busy key
+            reset = b"%dms" % math.ceil(missing * 1000 / rate)
+        else:
+            reset = duration(missing / rate)
+        _, remaining, reset_name = self.names
+        return (
+            self.limit_header,
             (remaining, b"%d" % level if level >= 1 else b"0"),
-            (reset, duration(missing / rate) if rate > 0 and missing > 0 else b"0ms"),
-        ]
+            (reset_name, reset),
+        )
 
 
 @dataclass(slots=True)
@@ -130,8 +144,8 @@ class KeyState:
 
     def __init__(self, limits: KeyLimits, now: float) -> None:
         self.limits = limits
-        self.requests = Bucket(limits.rpm, now) if limits.rpm is not None else None
-        self.tokens = Bucket(limits.tpm, now) if limits.tpm is not None else None
+        self.requests = Bucket(limits.rpm, now, _REQUESTS) if limits.rpm is not None else None
+        self.tokens = Bucket(limits.tpm, now, _TOKENS) if limits.tpm is not None else None
         self.in_flight = 0
 
 
@@ -225,15 +239,10 @@ class Limiter:
         if state is None or state.limits is not limits:
             state = self._state(key_id, limits, now)
         requests, tokens = state.requests, state.tokens
-        out = requests.headers(now, _REQUESTS) if requests is not None else []
+        out = list(requests.headers(now)) if requests is not None else []
         if tokens is not None:
-            out += tokens.headers(now, _TOKENS)
+            out += tokens.headers(now)
         return out
-
-
-# The header names of each bucket, encoded once (they go on every keyed response).
-_REQUESTS = tuple(b"x-ratelimit-%s-requests" % part for part in (b"limit", b"remaining", b"reset"))
-_TOKENS = tuple(b"x-ratelimit-%s-tokens" % part for part in (b"limit", b"remaining", b"reset"))
 
 
 def rpm_message(limit: int) -> str:

@@ -117,7 +117,8 @@ class UsageWriter:
         self._pending.append(record)
         self._waiting.append(future)
         self.window.arrived()
-        self._wake()
+        if not self._woken:  # else a wake is noted already: the writer will not sleep
+            self._wake()
         if self._task is None:  # started by the app's lifespan; else (a tool, a test) here
             self.start()
         return future
