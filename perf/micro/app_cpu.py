@@ -3,21 +3,29 @@
     python -m perf app-cpu [--stream] [--tokens 16] [--concurrency 64] [--requests 640]
 
 No sockets and no granian: `perf.micro.asgi.post` calls the ASGI app directly, so the
-figure is Litestar and our code (and, keys on, the SQLite usage commits on their
-thread). Both apps (`perf.harness.scripted_app.create`, the frontend ceiling's) run in
+figure is Litestar and our code (keys on: the key, its limits and the usage rows; the
+commits themselves run in the usage writer's child process, whose CPU is not counted). Both apps (`perf.harness.scripted_app.create`, the frontend ceiling's) run in
 this one process and take turns round after round, so that a neighbour's load falls on
 both alike; the minimum and the median over the rounds are printed, per request, of the
 process's CPU time and of the event loop's thread alone.
+
+With `--lines`, one more round of each app runs under a line tracer: the Python lines
+executed per request (and the functions that differ most between keys off and keys
+on). Unlike the CPU time, the count does not move with a neighbour's load: it tells
+whether a change to the request path did less work, run to run, on any machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import logging
 import os
 import statistics
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +63,39 @@ async def _round(
     return 1e6 * (time.process_time() - cpu0) / count, 1e6 * (time.thread_time() - thread0) / count
 
 
+async def _traced_round(
+    app: Any, body: bytes, headers: list[tuple[bytes, bytes]], clients: int, each: int
+) -> collections.Counter[str]:
+    """Python lines executed (and calls made) by function name over one round, per
+    request, in every thread."""
+    lines: collections.Counter[str] = collections.Counter()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if event in ("line", "call"):
+            code = frame.f_code
+            lines["/".join(code.co_filename.rsplit("/", 2)[-2:]) + ":" + code.co_name] += 1
+        return tracer
+
+    sys.settrace(tracer)
+    threading.settrace(tracer)
+    try:
+        await _round(app, body, headers, clients, each)
+    finally:
+        sys.settrace(None)
+        threading.settrace(None)  # type: ignore[arg-type]  # None ends tracing
+    count = clients * each
+    return collections.Counter({name: value / count for name, value in lines.items()})
+
+
+def lines_table(off: collections.Counter[str], on: collections.Counter[str], top: int) -> str:
+    """Lines per request of each side, then the functions that differ most."""
+    rows = [f"Python lines per request: keys off {off.total():.0f}, keys on {on.total():.0f}"]
+    rows.append(f"keys on / keys off: {on.total() / off.total():.3f}")
+    names = sorted(set(off) | set(on), key=lambda name: -abs(on[name] - off[name]))
+    rows += [f"  {on[name] - off[name]:+7.1f}  {name}" for name in names[:top]]
+    return "\n".join(rows)
+
+
 async def measure(args: argparse.Namespace, keys_env: dict[str, str]) -> dict[str, Figures]:
     from perf.harness.scripted_app import create
     from perf.load import frontend_ceiling
@@ -82,6 +123,12 @@ async def measure(args: argparse.Namespace, keys_env: dict[str, str]) -> dict[st
                 process_us, thread_us = await _round(app, body, headers, args.concurrency, each)
                 figures[name].process_us.append(process_us)
                 figures[name].loop_thread_us.append(thread_us)
+        if args.lines:
+            traced = [
+                await _traced_round(app, body, headers, args.concurrency, each)
+                for app, headers in ((off, []), (on, keyed))
+            ]
+            print(lines_table(*traced, top=args.lines))
     return figures
 
 
@@ -94,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--requests", type=int, default=640, help="requests per round")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument(
+        "--lines",
+        type=int,
+        default=0,
+        metavar="TOP",
+        help="count the Python lines run per request, and list the TOP functions that differ",
+    )
     args = parser.parse_args(argv)
     from perf.load import frontend_ceiling
 
