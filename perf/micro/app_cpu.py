@@ -1,12 +1,14 @@
 """CPU per request of the app in-process, keys off beside keys on, over the scripted engine.
 
     python -m perf app-cpu [--stream] [--tokens 16] [--concurrency 64] [--requests 640]
+        [--lines TOP]
 
 No sockets and no granian: `perf.micro.asgi.post` calls the ASGI app directly, so the
 figure is Litestar and our code (keys on: the key, its limits and the usage rows; the
-commits themselves run in the usage writer's child process, whose CPU is not counted). Both apps (`perf.harness.scripted_app.create`, the frontend ceiling's) run in
-this one process and take turns round after round, so that a neighbour's load falls on
-both alike; the minimum and the median over the rounds are printed, per request, of the
+commits themselves run in the usage writer's child process, whose CPU is not
+counted). Both apps (`perf.harness.scripted_app.create`, the frontend ceiling's) run
+in this one process and take turns round after round, so that a neighbour's load falls
+on both alike; the minimum and the median over the rounds are printed, per request, of the
 process's CPU time and of the event loop's thread alone.
 
 With `--lines`, one more round of each app runs under a line tracer: the Python lines
