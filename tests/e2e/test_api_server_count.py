@@ -282,9 +282,12 @@ def test_sigterm_drains_both_processes_then_stops_every_process(shared: Shared) 
     stopped_after = time.monotonic() - drained
     _, alive = psutil.wait_procs(started, timeout=30)
     assert alive == [], {p.pid: names[p.pid] for p in alive}
-    # The engine core stops in vLLM's 5 s of grace at most; the workers at once.
+    # The engine core stops in vLLM's 5 s of grace at most; the workers at once. A worker
+    # that would not stop is killed only after granian's kill timeout (15 s and more),
+    # past this bound. Granian's "refused to gracefully stop" line alone says nothing: it
+    # is also logged for a worker already exiting (its pipe closed, not yet reaped 1 ms
+    # later, as a large process can be while its memory is unmapped).
     assert stopped_after < 15.0, (stopped_after, server.log_tail())
-    assert "refused to gracefully stop" not in server.log_tail(20_000)  # granian's kill
 
 
 def test_one_process_is_todays_path(server: Server) -> None:
