@@ -136,26 +136,24 @@ class DatabaseKeys(Authenticator):
         return len(self._known), len(self._unknown)
 
     async def authenticate(self, header: bytes | None) -> KeyRecord | None:
-        # Most requests: a header seen before, of a key read within the TTL (the same
-        # steps as `_digest` and `_record`, without their calls on every request).
+        # Most requests: a header seen before, of a key read within the TTL, answered
+        # here without a call; the rest take `_digest` and `_lookup`.
         digest = self._digests.get(header) if header is not None else None
-        if digest is not None:
-            known = self._known.get(digest)
-            if known is not None and self._clock() - known.fetched_at < self._ttl_s:
-                if known.record.revoked_at is not None:
-                    raise InvalidKey
-                return known.record
-        record = await self._record(self._digest(header))
+        if digest is None:
+            digest = self._digest(header)
+        now = self._clock()
+        known = self._known.get(digest)
+        if known is not None and now - known.fetched_at < self._ttl_s:
+            record: KeyRecord | None = known.record
+        else:
+            record = await self._lookup(digest, known is None, now)
         if record is None or record.revoked:
             raise InvalidKey
         return record
 
     def _digest(self, header: bytes | None) -> str:
-        """The digest of the header's key; raises `InvalidKey` when it holds none."""
-        if header is not None:
-            digest = self._digests.get(header)
-            if digest is not None:
-                return digest
+        """The digest of a header not seen before (remembered); raises `InvalidKey` when
+        it holds no key."""
         token = bearer_token(header)
         if token is None or not well_formed(token):
             raise InvalidKey
@@ -166,13 +164,9 @@ class DatabaseKeys(Authenticator):
             self._digests[header] = digest
         return digest
 
-    async def _record(self, digest: str) -> KeyRecord | None:
-        now = self._clock()
-        known = self._known.get(digest)
-        if known is not None:
-            if now - known.fetched_at < self._ttl_s:
-                return known.record
-        else:
+    async def _lookup(self, digest: str, unknown: bool, now: float) -> KeyRecord | None:
+        """A key not read within the TTL (`unknown`: not cached at all)."""
+        if unknown:
             asked = self._unknown.get(digest)
             if asked is not None and now - asked < self._unknown_ttl_s:
                 return None

@@ -56,8 +56,7 @@ class Bucket:
     def refill(self, now: float) -> None:
         elapsed = now - self.stamp
         if elapsed > 0:
-            level = self.level + elapsed * self.rate
-            self.level = level if level < self.capacity else self.capacity
+            self.level = min(self.capacity, self.level + elapsed * self.rate)
         self.stamp = now
 
     def wait_for(self, amount: float) -> float:
@@ -74,17 +73,11 @@ class Bucket:
         self.refill(now)
         level, rate = self.level, self.rate
         missing = self.capacity - level
-        if missing <= 0 or rate <= 0:
-            reset = b"0ms"
-        elif missing < rate:  # under a second, as on most responses of a busy key
-            reset = b"%dms" % math.ceil(missing * 1000 / rate)
-        else:
-            reset = duration(missing / rate)
-        _, remaining, reset_name = self.names
+        _, remaining, reset = self.names
         return (
             self.limit_header,
             (remaining, b"%d" % level if level >= 1 else b"0"),
-            (reset_name, reset),
+            (reset, duration(missing / rate) if rate > 0 and missing > 0 else b"0ms"),
         )
 
 
@@ -116,8 +109,7 @@ def give_back_slots(keys: Mapping[str, S], reservation: Reservation) -> S | None
     state = keys.get(reservation.key_id)
     if state is None:
         return None
-    left = state.in_flight - reservation.slots
-    state.in_flight = left if left > 0 else 0
+    state.in_flight = max(0, state.in_flight - reservation.slots)
     return state
 
 
@@ -155,10 +147,8 @@ class Limiter:
         self._keys: dict[str, KeyState] = {}
 
     def _state(self, key_id: str, limits: KeyLimits, now: float) -> KeyState:
-        """The key's state. Callers look in `_keys` first: most calls find it there with
-        the very `limits` object of the cached key."""
         state = self._keys.get(key_id)
-        if state is not None and state.limits is limits:
+        if state is not None and state.limits is limits:  # the cached key's: most calls
             return state
         # New, or its limits were changed; else the same limits in a record the key
         # cache read again (each second): kept, so the next calls find it the same object.
@@ -174,9 +164,7 @@ class Limiter:
         plus reserved output) for the key, or raise `RateLimited` saying which limit and
         when to retry. Nothing is taken when any limit refuses."""
         now = self._clock()
-        state = self._keys.get(key_id)
-        if state is None or state.limits is not limits:
-            state = self._state(key_id, limits, now)
+        state = self._state(key_id, limits, now)
         requests, budget = state.requests, state.tokens
         cap = limits.max_concurrent
         if cap is not None and state.in_flight + slots > cap:
@@ -229,15 +217,12 @@ class Limiter:
         state = give_back_slots(self._keys, reservation)
         if state is not None and state.tokens is not None:
             bucket = state.tokens
-            level = bucket.level + reservation.tokens - used_tokens
-            bucket.level = level if level < bucket.capacity else bucket.capacity
+            bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
 
     def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
         """OpenAI's x-ratelimit-* headers for the key, as they stand now."""
         now = self._clock()
-        state = self._keys.get(key_id)
-        if state is None or state.limits is not limits:
-            state = self._state(key_id, limits, now)
+        state = self._state(key_id, limits, now)
         requests, tokens = state.requests, state.tokens
         out = list(requests.headers(now)) if requests is not None else []
         if tokens is not None:

@@ -11,7 +11,7 @@ import asyncio
 import ipaddress
 import time
 import uuid
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -123,19 +123,6 @@ def is_refusal(record: UsageRecord) -> bool:
     )
 
 
-class _Done:
-    """An awaitable that is done already: the end of a request with no record to wait for."""
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[None, None, None]:
-        return
-        yield  # a generator function that ends at once: awaiting it returns None
-
-
-NOTHING_TO_WAIT_FOR = _Done()
-
-
 class RequestMeter:
     """One generation request's usage: read from its `generation` when it ends, settled
     against the key's limits, and written, exactly once (`finish` or `abandon`, whichever
@@ -235,7 +222,9 @@ class RequestMeter:
             if exc is None or not is_refusal(record):
                 return writer.write(record)
             writer.refuse(self.key.id, refusal_reason(exc), record.created_at)
-        return NOTHING_TO_WAIT_FOR
+        done = asyncio.get_running_loop().create_future()  # nothing to wait for
+        done.set_result(None)
+        return done
 
     def abandon(self, exc: BaseException) -> None:
         """The request ended without anyone waiting (cancelled, or failed before its

@@ -76,7 +76,7 @@ def sqlite_insert(rows: int) -> str:
 
 
 def _row(record: UsageRecord) -> dict[str, Any]:
-    return dict(zip(FIELDS, _values(record), strict=True))
+    return msgspec.structs.asdict(record)
 
 
 def _line(record: UsageRecord) -> str:

@@ -1,8 +1,8 @@
 """The writer that makes usage records durable.
 
-Each request becomes one `UsageRecord`. `UsageWriter.write` gives a future done once the
-record is durable: the generation routes await it before the client gets the last byte of the
-response, so a completed request is never billed from memory alone. Records that
+Each request becomes one `UsageRecord`. `UsageWriter.write` gives a future done once
+the record is durable: the generation routes await it before the client gets the last
+byte of the response, so a completed request is never billed from memory alone. Records that
 arrive together are committed together (one transaction: a group commit); while other
 metered requests run, a commit waits a little for them to join it
 (app.tenancy.commit_window), so that many concurrent requests share one commit.
@@ -15,8 +15,8 @@ fails, in `usage-dead-letter.jsonl` beside the spool), counted in
 
 When the database is down, the records go to an append-only spool file (JSON lines,
 fsynced) next to the database and the future of `write` is still done: the record is
-durable on local disk. The writer retries the spool every second once the database is back, as a
-group and, when that fails, row by row (a spooled dead letter is set aside as above, a
+durable on local disk. The writer retries the spool every second once the database is
+back, as a group and, when that fails, row by row (a spooled dead letter is set aside as above, a
 line that does not parse too); only rows still unwritten stay in the spool.
 `request_id` is unique, so a record spooled twice is written once.
 
