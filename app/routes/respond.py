@@ -15,6 +15,7 @@ from app.routes.event_stream import EventStream
 from app.schemas.sampling import SamplingFields
 from app.services.admission import clamp_priority, client_key
 from app.tenancy.isolation import cache_salt
+from app.tenancy.middleware import SCOPE_LIMIT_HEADERS
 from app.tenancy.service import RequestMeter, Tenancy, request_key
 from engine.warm.elsewhere import REQUEST_BODY
 
@@ -63,8 +64,11 @@ async def respond(
         reserve = service.reserved_tokens(body, body_bytes)
         slots = service.slots(body)
         # The path from the scope: `request.url` would parse a whole URL per request.
-        path = request.scope.get("root_path", "") + request.scope["path"]
+        scope = request.scope
+        path = scope.get("root_path", "") + scope["path"]
         meter = await tenancy.begin(key, path, body.model, body.n, reserve, slots)
+        # The key's limits as this admission left them go on the response's headers.
+        scope[SCOPE_LIMIT_HEADERS] = meter.limit_headers  # type: ignore[literal-required]  # ASGI scope is a TypedDict
     try:
         if body.stream:
             # Admission, the queue and the first token: a client gone meanwhile ends them.

@@ -184,7 +184,8 @@ class FleetLimiter:
             state.tokens.held -= tokens
         state.in_flight += slots
         state.peak = max(state.peak, state.in_flight)
-        return Reservation(key_id, tokens, slots)
+        # The response's headers: the limits as they stood when it was accepted.
+        return Reservation(key_id, tokens, slots, headers=_headers(state))
 
     def settle(self, reservation: Reservation, used_tokens: int) -> None:
         state = give_back_slots(self._keys, reservation)
@@ -193,20 +194,7 @@ class FleetLimiter:
             state.tokens.held += reservation.tokens - used_tokens
 
     def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
-        """OpenAI's x-ratelimit-* headers: the shared bucket as the last round left it
-        plus this replica's slice."""
-        state = self._state(key_id, limits, self._clock())
-        out: list[tuple[bytes, bytes]] = []
-        for kind, lease in ((b"requests", state.requests), (b"tokens", state.tokens)):
-            if lease is None:
-                continue
-            remaining = max(0, min(lease.capacity, math.floor(lease.left + lease.held)))
-            rate = lease.capacity / WINDOW_S
-            reset = 0.0 if rate <= 0 else (lease.capacity - remaining) / rate
-            out.append((b"x-ratelimit-limit-" + kind, str(lease.capacity).encode()))
-            out.append((b"x-ratelimit-remaining-" + kind, str(remaining).encode()))
-            out.append((b"x-ratelimit-reset-" + kind, duration(reset)))
-        return out
+        return _headers(self._state(key_id, limits, self._clock()))
 
     # -- rounds ------------------------------------------------------------------------
 
@@ -301,3 +289,19 @@ def _refuse_impossible(limits: KeyLimits, tokens: int, slots: int) -> None:
         raise RateLimited(rpm_message(0), math.inf)
     if limits.tpm is not None and tokens > limits.tpm:
         raise RateLimited(tpm_message(limits.tpm, tokens), math.inf)
+
+
+def _headers(state: KeyLease) -> list[tuple[bytes, bytes]]:
+    """OpenAI's x-ratelimit-* headers of a key: the shared bucket as the last round left
+    it plus this replica's slice."""
+    out: list[tuple[bytes, bytes]] = []
+    for kind, lease in ((b"requests", state.requests), (b"tokens", state.tokens)):
+        if lease is None:
+            continue
+        remaining = max(0, min(lease.capacity, math.floor(lease.left + lease.held)))
+        rate = lease.capacity / WINDOW_S
+        reset = 0.0 if rate <= 0 else (lease.capacity - remaining) / rate
+        out.append((b"x-ratelimit-limit-" + kind, str(lease.capacity).encode()))
+        out.append((b"x-ratelimit-remaining-" + kind, str(remaining).encode()))
+        out.append((b"x-ratelimit-reset-" + kind, duration(reset)))
+    return out

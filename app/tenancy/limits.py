@@ -42,21 +42,30 @@ class Bucket:
     """`capacity` units, refilled at capacity per minute; `names` are its limit,
     remaining and reset headers."""
 
-    __slots__ = ("capacity", "level", "limit_header", "names", "rate", "stamp")
+    __slots__ = (
+        "capacity",
+        "level",
+        "limit_header",
+        "rate",
+        "remaining_name",
+        "reset_name",
+        "stamp",
+    )
 
     def __init__(self, capacity: int, now: float, names: tuple[bytes, ...]) -> None:
         self.capacity = capacity
         self.rate = capacity / 60.0
         self.level = float(capacity)
         self.stamp = now
-        self.names = names
         # The limit header never changes: made once, sent on every keyed response.
         self.limit_header = (names[0], b"%d" % capacity)
+        self.remaining_name, self.reset_name = names[1], names[2]
 
     def refill(self, now: float) -> None:
         elapsed = now - self.stamp
         if elapsed > 0:
-            self.level = min(self.capacity, self.level + elapsed * self.rate)
+            level = self.level + elapsed * self.rate
+            self.level = level if level < self.capacity else float(self.capacity)
         self.stamp = now
 
     def wait_for(self, amount: float) -> float:
@@ -67,19 +76,6 @@ class Bucket:
             return math.inf
         return (amount - self.level) / self.rate
 
-    def headers(self, now: float) -> tuple[tuple[bytes, bytes], ...]:
-        """The bucket's limit, remaining and reset (until full again) headers, refilled
-        to `now`."""
-        self.refill(now)
-        level, rate = self.level, self.rate
-        missing = self.capacity - level
-        _, remaining, reset = self.names
-        return (
-            self.limit_header,
-            (remaining, b"%d" % level if level >= 1 else b"0"),
-            (reset, duration(missing / rate) if rate > 0 and missing > 0 else b"0ms"),
-        )
-
 
 @dataclass(slots=True)
 class Reservation:
@@ -89,6 +85,9 @@ class Reservation:
     tokens: int
     slots: int = 1  # concurrency slots: the request's prompts
     settled: bool = False
+    # The key's x-ratelimit-* headers as this admission left them, for the response
+    # (None: the limiter leaves them to `headers`, at the response's start).
+    headers: list[tuple[bytes, bytes]] | None = None
 
 
 class InFlight(Protocol):
@@ -132,13 +131,29 @@ class RateLimiter(Protocol):
 
 
 class KeyState:
-    __slots__ = ("in_flight", "limits", "requests", "tokens")
+    __slots__ = ("buckets", "in_flight", "limits", "requests", "tokens")
 
     def __init__(self, limits: KeyLimits, now: float) -> None:
         self.limits = limits
         self.requests = Bucket(limits.rpm, now, _REQUESTS) if limits.rpm is not None else None
         self.tokens = Bucket(limits.tpm, now, _TOKENS) if limits.tpm is not None else None
+        self.buckets = tuple(b for b in (self.requests, self.tokens) if b is not None)
         self.in_flight = 0
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Each bucket's limit, remaining and reset (until full again) headers, as of the
+        buckets' last refill. One loop, no call per bucket: it runs on every keyed
+        request."""
+        out: list[tuple[bytes, bytes]] = []
+        for bucket in self.buckets:
+            level, rate = bucket.level, bucket.rate
+            missing = bucket.capacity - level
+            out += (
+                bucket.limit_header,
+                (bucket.remaining_name, b"%d" % level if level >= 1 else b"0"),
+                (bucket.reset_name, duration(missing / rate) if missing > 0 < rate else b"0ms"),
+            )
+        return out
 
 
 class Limiter:
@@ -164,7 +179,9 @@ class Limiter:
         plus reserved output) for the key, or raise `RateLimited` saying which limit and
         when to retry. Nothing is taken when any limit refuses."""
         now = self._clock()
-        state = self._state(key_id, limits, now)
+        state = self._keys.get(key_id)
+        if state is None or state.limits is not limits:  # else the cached key's: most calls
+            state = self._state(key_id, limits, now)
         requests, budget = state.requests, state.tokens
         cap = limits.max_concurrent
         if cap is not None and state.in_flight + slots > cap:
@@ -182,7 +199,9 @@ class Limiter:
         if requests is not None:
             requests.level -= 1
         state.in_flight += slots
-        return Reservation(key_id, tokens, slots)
+        # The response's headers now, from the buckets just refilled: as OpenAI's, the
+        # limits as they stood when the request was accepted (this request counted).
+        return Reservation(key_id, tokens, slots, headers=state.headers())
 
     async def acquire(
         self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
@@ -215,19 +234,18 @@ class Limiter:
         """The request ended: give back the concurrency slot and the reserved tokens it
         did not use (or take the ones it used beyond the reservation)."""
         state = give_back_slots(self._keys, reservation)
-        if state is not None and state.tokens is not None:
+        if state is not None:
             bucket = state.tokens
-            bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
+            if bucket is not None:
+                bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
 
     def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
         """OpenAI's x-ratelimit-* headers for the key, as they stand now."""
         now = self._clock()
         state = self._state(key_id, limits, now)
-        requests, tokens = state.requests, state.tokens
-        out = list(requests.headers(now)) if requests is not None else []
-        if tokens is not None:
-            out += tokens.headers(now)
-        return out
+        for bucket in state.buckets:
+            bucket.refill(now)
+        return state.headers()
 
 
 def rpm_message(limit: int) -> str:

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from app.tenancy.service import Tenancy
 
 SCOPE_KEY = "lilac.key"
+# The x-ratelimit-* headers of an admitted request, as its admission left them (set by
+# app.routes.respond); a response without them gets the limits as they stand at its start.
+SCOPE_LIMIT_HEADERS = "lilac.limit_headers"
 # The app's Tenancy, for the generation routes (app.tenancy.service.request_tenancy):
 # from the scope rather than as a second Litestar dependency, which Litestar would
 # resolve beside the service in a task group of two tasks, on every request.
@@ -87,7 +90,7 @@ class AuthMiddleware:
         def send_with_limits(message: Any) -> Awaitable[None]:
             if message["type"] == "http.response.start":
                 headers = message.get("headers")
-                extra = limiter.headers(key.id, key.limits)
+                extra = scope.get(SCOPE_LIMIT_HEADERS) or limiter.headers(key.id, key.limits)
                 if type(headers) is list:  # the response's own list, made for this send
                     headers.extend(extra)
                 else:

@@ -29,7 +29,7 @@ from app.tenancy.fleet_models import HEARTBEAT_S, FleetModels
 from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
 from app.tenancy.middleware import SCOPE_KEY, SCOPE_TENANCY
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage import UsageRecord, day_of
 from app.tenancy.usage_writer import UsageWriter
 from app.usage_source import UsageSource
 from engine.errors import AdmissionRejected, Drained
@@ -136,6 +136,7 @@ class RequestMeter:
         "endpoint",
         "http",
         "key",
+        "limit_headers",
         "model",
         "n",
         "reservation",
@@ -154,6 +155,9 @@ class RequestMeter:
         self.n = n
         self.http = context.current()  # its `queue_s` is admission's wait, once admitted
         self.reservation: Reservation | None = None
+        # The key's x-ratelimit-* headers as its admission left them (None: the
+        # limiter gives them at the response's start).
+        self.limit_headers: list[tuple[bytes, bytes]] | None = None
         self.usage_source: UsageSource | None = None
         self.settled = False
         self.started = time.monotonic()
@@ -181,22 +185,24 @@ class RequestMeter:
             reasoning = source.reasoning_tokens
             first = source.first_output_at
             ttft_ms = (first - self.started) * 1000 if first is not None else None
+        # Positional, in the order of UsageRecord's fields (made once per metered request).
         return UsageRecord(
-            request_id=request_id,
-            key_id=self.key.id,
-            model=self.model,
-            endpoint=self.endpoint,
-            prompt_tokens=prompt,
-            cached_tokens=cached,
-            completion_tokens=completion,
-            reasoning_tokens=reasoning,
-            n=self.n,
-            outcome=outcome,
-            queue_ms=queue_ms,
-            ttft_ms=ttft_ms,
-            duration_ms=(time.monotonic() - self.started) * 1000,
-            created_at=self.wall_start,
-            client_request_id=client_request_id,
+            request_id,
+            self.key.id,
+            self.model,
+            self.endpoint,
+            prompt,
+            cached,
+            completion,
+            reasoning,
+            self.n,
+            outcome,
+            queue_ms,
+            ttft_ms,
+            (time.monotonic() - self.started) * 1000,
+            self.wall_start,
+            day_of(self.wall_start),
+            client_request_id,
         )
 
     def _settle(self, record: UsageRecord) -> bool:
@@ -347,13 +353,13 @@ class Tenancy:
             raise ModelNotFound(model)
         meter = RequestMeter(self, key, endpoint, model, n)
         try:
-            meter.reservation = await self.limiter.acquire(
-                key.id, key.limits, reserve_tokens, slots
-            )
+            reservation = await self.limiter.acquire(key.id, key.limits, reserve_tokens, slots)
         except RateLimited as exc:
             if self.writer is not None:  # a count per key, minute and reason; not a row
                 self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
+        meter.reservation = reservation
+        meter.limit_headers = reservation.headers
         if self.writer is not None:  # its row will come: a group commit may wait for it
             self.writer.window.opened()
         return meter

@@ -90,6 +90,9 @@ class UsageWriter:
         self._retry: asyncio.TimerHandle | None = None
         self._woken = False
         self._task: asyncio.Task[None] | None = None
+        # The loop the writer task runs on (`asyncio.get_running_loop` makes a system
+        # call, getpid, each time: once per metered request would show).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         self.db_ok = True
         self.written = 0
@@ -102,10 +105,14 @@ class UsageWriter:
         self._direct: ProcessInserts | None = None
         self._direct_for: AsyncEngine | None = None
 
-    def start(self) -> None:
-        if self._task is None:
+    def start(self) -> asyncio.AbstractEventLoop:
+        """Start the writer task (once); the loop it runs on."""
+        loop = self._loop
+        if self._task is None or loop is None:
             self._closing = False
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._loop = loop = asyncio.get_running_loop()
+            self._task = loop.create_task(self._run())
+        return loop
 
     def write(self, record: UsageRecord) -> asyncio.Future[None]:
         """Queue the record; the future is done when the record is committed (or
@@ -113,14 +120,15 @@ class UsageWriter:
         coroutine: it runs once per metered request. Cancelling the future (its caller
         was cancelled) cancels only the wait: the record stays queued and is written
         with the others (the flush skips a future that is done)."""
-        future = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if self._task is None or loop is None:  # started by the app's lifespan; else here
+            loop = self.start()
+        future = loop.create_future()
         self._pending.append(record)
         self._waiting.append(future)
         self.window.arrived()
         if not self._woken:  # else a wake is noted already: the writer will not sleep
             self._wake()
-        if self._task is None:  # started by the app's lifespan; else (a tool, a test) here
-            self.start()
         return future
 
     def submit(self, record: UsageRecord) -> None:

@@ -65,6 +65,31 @@ async def test_a_request_is_metered_with_what_the_client_saw(
     assert keys[0].last_used_at is not None
 
 
+async def test_a_responses_limits_are_those_its_admission_left(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """An admitted request's x-ratelimit-* headers are the key's limits as they stood
+    when it was accepted, its own reservation taken (OpenAI's); a response that was not
+    admitted (here the model list) shows them as they stand: the tokens the request
+    reserved but did not use are back. Another key's count is its own."""
+    async with keyed_app(database, tmp_path / "spool") as (http, tenancy):
+        _, secret = await new_key(tenancy, rpm=100, tpm=10_000)
+        _, other = await new_key(tenancy, rpm=100, tpm=10_000)
+        response = await http.post(URL, json=chat(max_tokens=2_000), headers=bearer(secret))
+        assert response.status_code == 200
+        used = response.json()["usage"]["total_tokens"]
+        assert used < 100
+        admitted = int(response.headers["x-ratelimit-remaining-tokens"])
+        assert admitted <= 10_000 - 2_000  # the reservation: every output token it may use
+        assert response.headers["x-ratelimit-remaining-requests"] == "99"
+        listed = await http.get("/v1/models", headers=bearer(secret))
+        now = int(listed.headers["x-ratelimit-remaining-tokens"])
+        assert now >= 10_000 - used - 1  # settled: only what it used is taken (refills aside)
+        assert listed.headers["x-ratelimit-remaining-requests"] == "99"
+        its_own = await http.post(URL, json=chat(max_tokens=2_000), headers=bearer(other))
+        assert its_own.headers["x-ratelimit-remaining-requests"] == "99"
+
+
 async def test_over_the_limit_is_a_429_with_retry_after(
     database: AsyncEngine, tmp_path: Path
 ) -> None:
