@@ -8,6 +8,7 @@ the access line without being passed through every call.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -68,7 +69,16 @@ def accept_request_id(header_value: str | None) -> tuple[str, bool]:
     whether it was the client's."""
     if header_value and header_value.strip():
         return sanitize_request_id(header_value), True
-    return uuid.uuid4().hex, False
+    return new_request_id(), False
+
+
+def new_request_id() -> str:
+    """32 hex digits, as a UUID's: the millisecond it was made (12 digits) then 80
+    random bits, as UUIDv7 lays them out. Ids made later sort later, so the usage
+    table's unique index on the response id takes each new row at its end: a group
+    commit writes a page or two of it, not a page per row (with random ids, every row
+    lands on a different page of the index, and each such page goes to the journal)."""
+    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
 
 
 def current() -> RequestRecord | None:

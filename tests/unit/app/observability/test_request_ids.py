@@ -3,11 +3,18 @@ the response id, the engine request id and the log lines of that request."""
 
 from __future__ import annotations
 
+import itertools
 import logging
+import time
 
 import pytest
 
-from app.observability.context import MAX_CLIENT_ID_CHARS, RequestRecord, accept_request_id
+from app.observability.context import (
+    MAX_CLIENT_ID_CHARS,
+    RequestRecord,
+    accept_request_id,
+    new_request_id,
+)
 from app.observability.logs import RequestIdFilter
 from app.tenancy.schema import REQUEST_ID_CHARS
 from engine.scripted import ScriptedEngine
@@ -109,3 +116,15 @@ async def test_log_lines_written_during_a_request_carry_its_id(
     assert fields["prompt_tokens"] > 0
     assert 0 <= fields["ttft_s"] <= fields["duration_s"]
     assert fields["queue_s"] is not None
+
+
+def test_made_ids_are_32_hex_digits_unique_and_sort_in_the_order_made() -> None:
+    ids = []
+    for _ in range(5):
+        ids += [new_request_id() for _ in range(2_000)]
+        time.sleep(0.002)  # across milliseconds
+    assert all(len(i) == 32 and int(i, 16) >= 0 and i == i.lower() for i in ids)
+    assert len(set(ids)) == len(ids)
+    batches = [ids[i : i + 2_000] for i in range(0, len(ids), 2_000)]
+    assert [max(b) for b in batches] == sorted(max(b) for b in batches)
+    assert all(max(a) < min(b) for a, b in itertools.pairwise(batches))
