@@ -64,8 +64,7 @@ class Bucket:
     def refill(self, now: float) -> None:
         elapsed = now - self.stamp
         if elapsed > 0:
-            level = self.level + elapsed * self.rate
-            self.level = level if level < self.capacity else float(self.capacity)
+            self.level = min(self.capacity, self.level + elapsed * self.rate)
         self.stamp = now
 
     def wait_for(self, amount: float) -> float:
@@ -179,9 +178,7 @@ class Limiter:
         plus reserved output) for the key, or raise `RateLimited` saying which limit and
         when to retry. Nothing is taken when any limit refuses."""
         now = self._clock()
-        state = self._keys.get(key_id)
-        if state is None or state.limits is not limits:  # else the cached key's: most calls
-            state = self._state(key_id, limits, now)
+        state = self._state(key_id, limits, now)
         requests, budget = state.requests, state.tokens
         cap = limits.max_concurrent
         if cap is not None and state.in_flight + slots > cap:
@@ -234,10 +231,9 @@ class Limiter:
         """The request ended: give back the concurrency slot and the reserved tokens it
         did not use (or take the ones it used beyond the reservation)."""
         state = give_back_slots(self._keys, reservation)
-        if state is not None:
+        if state is not None and state.tokens is not None:
             bucket = state.tokens
-            if bucket is not None:
-                bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
+            bucket.level = min(bucket.capacity, bucket.level + reservation.tokens - used_tokens)
 
     def headers(self, key_id: str, limits: KeyLimits) -> list[tuple[bytes, bytes]]:
         """OpenAI's x-ratelimit-* headers for the key, as they stand now."""
