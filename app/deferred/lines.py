@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import msgspec
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -16,7 +15,7 @@ from app.deferred.records import ANSWERED, PENDING, RUNNING, Line, LineCounts, _
 from app.deferred.schema import deferred_lines
 from app.storage.database import TenantDatabase
 from app.tenancy.schema import usage
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage import UsageRecord, _row
 
 
 class LineLeases:
@@ -163,7 +162,7 @@ class LineLeases:
             if changed.rowcount != 1:
                 return False
             if record is not None:
-                await conn.execute(insert(usage).values(**msgspec.structs.asdict(record)))
+                await conn.execute(insert(usage).values(**_row(record)))
         return True
 
     async def close_pending(self, job_id: str, to: str) -> int:

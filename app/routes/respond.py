@@ -68,7 +68,8 @@ async def respond(
         path = scope.get("root_path", "") + scope["path"]
         meter = await tenancy.begin(key, path, body.model, body.n, reserve, slots)
         # The key's limits as this admission left them go on the response's headers.
-        scope[SCOPE_LIMIT_HEADERS] = meter.limit_headers  # type: ignore[literal-required]  # ASGI scope is a TypedDict
+        if meter.reservation is not None:
+            scope[SCOPE_LIMIT_HEADERS] = meter.reservation.headers  # type: ignore[literal-required]  # ASGI scope is a TypedDict
     try:
         if body.stream:
             # Admission, the queue and the first token: a client gone meanwhile ends them.

@@ -136,7 +136,6 @@ class RequestMeter:
         "endpoint",
         "http",
         "key",
-        "limit_headers",
         "model",
         "n",
         "reservation",
@@ -155,9 +154,6 @@ class RequestMeter:
         self.n = n
         self.http = context.current()  # its `queue_s` is admission's wait, once admitted
         self.reservation: Reservation | None = None
-        # The key's x-ratelimit-* headers as its admission left them (None: the
-        # limiter gives them at the response's start).
-        self.limit_headers: list[tuple[bytes, bytes]] | None = None
         self.usage_source: UsageSource | None = None
         self.settled = False
         self.started = time.monotonic()
@@ -359,7 +355,6 @@ class Tenancy:
                 self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)
             raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
         meter.reservation = reservation
-        meter.limit_headers = reservation.headers
         if self.writer is not None:  # its row will come: a group commit may wait for it
             self.writer.window.opened()
         return meter
