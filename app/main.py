@@ -30,6 +30,7 @@ from app.observability import context, logs
 from app.observability.batch_metrics import BatchCollector
 from app.observability.metrics import ServerMetrics, UsageWriterCollector
 from app.observability.middleware import RequestObserver
+from app.observability.stop_stacks import dump_stacks_if_stop_stalls
 from app.observability.warm_metrics import WarmMetrics
 from app.openapi import openapi_json
 from app.routes.admin import admin_router
@@ -127,6 +128,7 @@ def create_app(
         try:
             yield
         finally:
+            dump_stacks_if_stop_stalls()
             # Shutting down collects as Python does: what closes the engine's sockets
             # and processes may wait on objects only a collection frees.
             gc.set_threshold(*PYTHON_GC_THRESHOLD)

@@ -57,13 +57,17 @@ def batches(keys_server: KeysServer) -> BatchServer:
     return BatchServer(keys_server)
 
 
-def upload(client: openai.OpenAI, count: int, max_tokens: int, tag: str) -> str:
+def upload(
+    client: openai.OpenAI, count: int, max_tokens: int, tag: str, *, short_lines: int = 0
+) -> str:
+    """A batch file of `count` chat lines; the first `short_lines` ask for 2 tokens, so
+    that they finish well before the others (which all start at once)."""
     lines = []
     for i in range(count):
         body = {
             "model": DEFAULT_MODEL_NAME,
             "messages": [{"role": "user", "content": f"{tag}: count to {i + 3}."}],
-            "max_tokens": max_tokens,
+            "max_tokens": 2 if i < short_lines else max_tokens,
         }
         lines.append(json.dumps({"custom_id": f"{tag}-{i}", "method": "POST", "url": CHAT,
                                  "body": body}))  # fmt: skip
@@ -159,7 +163,9 @@ def test_a_responses_batch_answers_each_line_as_the_endpoint(batches: BatchServe
 
 def test_an_owner_reclaim_pauses_the_batch_and_it_completes(batches: BatchServer) -> None:
     client = batches.client()
-    file_id = upload(client, 10, 24, "reclaim")
+    # One short line finishes first; the other nine (128 tokens, all started at once
+    # with it) are still running when the owner comes back.
+    file_id = upload(client, 10, 128, "reclaim", short_lines=1)
     batch = client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="24h")
     wait_for(client, batch.id, lambda b: b.request_counts.completed >= 1)
     batches.server.reclaim_gpu(busy_s=6)
@@ -182,7 +188,7 @@ def test_kill_9_mid_batch_then_restart_answers_and_bills_each_line_once(
 ) -> None:
     client = batches.client()
     count = 12
-    file_id = upload(client, count, 24, "kill")
+    file_id = upload(client, count, 128, "kill", short_lines=2)
     batch = client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="24h")
     wait_for(client, batch.id, lambda b: b.request_counts.completed >= 2)
     batches.keys.kill()
