@@ -30,14 +30,13 @@ when answered."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from app.deferred.store import DeferredStore, Job, Line
 from app.deferred.work import Capacity, Cut, Handler, RunnerStats, Running
-from app.tasks import cancel_and_wait
+from app.tasks import cancel_and_wait, wait_event
 
 log = logging.getLogger("lilac.deferred")
 
@@ -127,8 +126,7 @@ class DeferredRunner:
                     await self.step()
             except Exception:
                 log.exception("deferred work: a step failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._wait_s())
+            await wait_event(self._wake, self._wait_s())
             self._wake.clear()
 
     def _idle(self) -> bool:

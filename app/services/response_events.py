@@ -14,7 +14,6 @@ stream ends; reading again from the start gives the new run's events."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,6 +23,7 @@ import msgspec
 from app.schemas.responses_output import ErrorEvent
 from app.services.responses_output import event_frame
 from app.storage.response_events import EventStore, StoredEvent
+from app.tasks import wait_event
 
 FLUSH_S = 0.25  # the longest a recorded event waits to be written
 FLUSH_EVENTS = 256  # or this many events, whichever comes first
@@ -71,8 +71,7 @@ class EventHub:
 
     async def wait(self, response_id: str, timeout_s: float) -> None:
         event = self._events.setdefault(response_id, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)
+        await wait_event(event, timeout_s)
 
 
 class OverBound(Exception):

@@ -34,7 +34,7 @@ import uuid
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tasks import cancel_and_wait
+from app.tasks import cancel_and_wait, wait_event
 from app.tenancy.fleet_leases import (
     KeyLease,
     Lease,
@@ -208,7 +208,8 @@ class FleetLimiter:
         future = self._next
         self._wake.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(future), WAIT_S)
+            async with asyncio.timeout(WAIT_S):
+                await asyncio.shield(future)
 
     async def start(self) -> None:
         if self._task is None:
@@ -218,15 +219,15 @@ class FleetLimiter:
         await cancel_and_wait(self._task)
         self._task = None
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.store.leave(), self._round_timeout())
+            async with asyncio.timeout(self._round_timeout()):
+                await self.store.leave()
 
     def _round_timeout(self) -> float:
         return max(1.0, 2 * self.sync_interval_s)
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.sync_interval_s)
+            await wait_event(self._wake, self.sync_interval_s)
             self._wake.clear()
             future, self._next = self._next, None
             try:
@@ -243,10 +244,8 @@ class FleetLimiter:
         now = self._clock()
         asks = round_asks(self._keys, now, self.replicas, self.alone)
         try:
-            result = await asyncio.wait_for(
-                self.store.exchange(now, self._ttl(), [ask for ask, _ in asks]),
-                self._round_timeout(),
-            )
+            async with asyncio.timeout(self._round_timeout()):
+                result = await self.store.exchange(now, self._ttl(), [ask for ask, _ in asks])
         except Exception as exc:  # any failure of the store: count alone, never unlimited
             self.failed_rounds += 1
             if not self.alone:

@@ -214,7 +214,8 @@ class FleetModels:
         await cancel_and_wait(self._task)
         self._task = None
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.leave(), max(1.0, self.interval_s))
+            async with asyncio.timeout(max(1.0, self.interval_s)):
+                await self.leave()
 
     async def _run(self) -> None:
         while True:
@@ -223,7 +224,8 @@ class FleetModels:
 
     async def _beat_logged(self) -> None:
         try:
-            await asyncio.wait_for(self.beat(), max(1.0, self.interval_s))
+            async with asyncio.timeout(max(1.0, self.interval_s)):
+                await self.beat()
         except Exception as exc:  # the database is down or slow: peers expire on their own
             if not self._failing:
                 log.warning(

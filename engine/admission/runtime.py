@@ -159,7 +159,8 @@ class AdmissionController:
         await self._apply(self.machine.stop(self._clock(), len(self.queue.running)))
         limit = stop_wait_limit_s(self.policy)
         try:
-            await asyncio.wait_for(self._yielded.wait(), limit)
+            async with asyncio.timeout(limit):
+                await self._yielded.wait()
         except TimeoutError:
             log.warning("drain on stop did not finish within %.0f s", limit)
 

@@ -276,7 +276,8 @@ async def run(engine: Engine, main_sock: socket.socket) -> None:
     watcher.cancel()
     with contextlib.suppress(Exception):
         # Stopped by the HTTP process's going (shutdown came otherwise): stop the engine.
-        await asyncio.wait_for(engine.shutdown(), SHUTDOWN_TIMEOUT_S)
+        async with asyncio.timeout(SHUTDOWN_TIMEOUT_S):
+            await engine.shutdown()
 
 
 def main(argv: list[str]) -> int:

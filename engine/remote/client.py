@@ -236,7 +236,8 @@ class RemoteEngine:
         self._stopping = True
         if self._lost is None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._call("shutdown"), SHUTDOWN_TIMEOUT_S)
+                async with asyncio.timeout(SHUTDOWN_TIMEOUT_S):
+                    await self._call("shutdown")
         if self._transport is not None:
             self._transport.close()
         if self._sync is not None:
@@ -323,7 +324,8 @@ class RemoteEngine:
         if not self._started or self._stopping or self._lost is not None:
             return ""
         try:
-            value = await asyncio.wait_for(self._call("metrics_exposition"), METRICS_TIMEOUT_S)
+            async with asyncio.timeout(METRICS_TIMEOUT_S):
+                value = await self._call("metrics_exposition")
         except (EngineError, TimeoutError) as exc:
             log.warning("the engine process's series were not read: %r", exc)
             return ""
@@ -377,5 +379,6 @@ class RemoteEngine:
                 return
             stream.waiter = loop.create_future()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stream.waiter, remaining)
+                async with asyncio.timeout(remaining):
+                    await stream.waiter
             stream.waiter = None
