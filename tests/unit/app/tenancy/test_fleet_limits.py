@@ -272,3 +272,27 @@ def test_a_sync_interval_of_zero_refuses_to_start() -> None:
 
     with pytest.raises(AuthConfigError, match="--limit-sync-interval-s"):
         Tenancy.from_settings(Settings(auth="keys", limit_sync_interval_s=0))
+
+
+@pytest.mark.parametrize("steps_after_wake", range(4))
+async def test_close_ends_the_rounds_when_it_comes_as_a_round_is_woken(
+    database_url: str, clock: FakeClock, steps_after_wake: int
+) -> None:
+    """A request wakes the round loop (its key needs a round) in the loop step where the
+    server's close cancels it: the loop stops, and the close returns at once (with
+    `asyncio.wait_for` in the loop, the cancellation was lost and the close hung)."""
+    engine = create_async_engine(async_url(database_url))
+    limiter = FleetLimiter(LimitStore(engine, "r0"), sync_interval_s=3600, clock=clock)
+    try:
+        await limiter.sync_once()
+        await limiter.start()
+        await asyncio.sleep(0.05)  # the loop is parked in its wait
+        limiter._wake.set()
+        for _ in range(steps_after_wake):
+            await asyncio.sleep(0)
+        closing = asyncio.ensure_future(limiter.close())
+        done, _ = await asyncio.wait([closing], timeout=4)
+        assert done == {closing}, "the close still waits on the round loop"
+        assert limiter._task is None
+    finally:
+        await engine.dispose()
