@@ -92,9 +92,9 @@ def create_app(
     """Build the app. With `engine`, it is the one model served; with `models`, those;
     otherwise one engine per model the settings declare is built and started in the
     background, so that /health answers 503 while the models load. `probe` overrides the
-    GPU probe the settings name; `handle_sigterm` makes SIGTERM drain before stopping;
-    `exit_on_engine_death` ends the process (non-zero) once the engine dies, for its
-    supervisor to restart it."""
+    GPU probe the settings name; `handle_sigterm` makes SIGTERM drain before stopping
+    (and a stop that stalls log every thread's stack); `exit_on_engine_death` ends the
+    process (non-zero) once the engine dies, for its supervisor to restart it."""
     settings = settings or Settings()
     models = models or build_pool(settings, engine)
     host = PoolHost(models)
@@ -128,7 +128,8 @@ def create_app(
         try:
             yield
         finally:
-            dump_stacks_if_stop_stalls()
+            if handle_sigterm:  # a server process, which exits after this close
+                dump_stacks_if_stop_stalls()
             # Shutting down collects as Python does: what closes the engine's sockets
             # and processes may wait on objects only a collection frees.
             gc.set_threshold(*PYTHON_GC_THRESHOLD)
