@@ -12,6 +12,15 @@ The batch starts at once, without waiting out the window, when no metered reques
 left running (nobody else could join: a lone client never waits) or the batch is full.
 A row is still durable before its response's last byte: the window only decides when
 the commit starts, and every request waits for the commit that holds its row.
+
+"Running" is counted from admission, so requests that granian has not yet handed to
+the event loop, or that are still being read and checked, do not count. When the loop
+is the bottleneck and each request's generation is quick, that count reads 0 at nearly
+every commit while dozens of requests wait their turn: each commit then held one row,
+and the commits' fixed cost halved what a core served. Rows that arrived while the
+previous commit ran show what the count misses (a lone client's next row cannot come
+before its last commit ends), so such a batch is held for the window too, and is not
+ended early by the count reaching 0.
 """
 
 from __future__ import annotations
@@ -33,7 +42,17 @@ class CommitWindow:
     """Counts the metered requests running and times the rows; `hold` waits for a batch
     to fill (or returns at once when waiting would gain nothing)."""
 
-    __slots__ = ("_first_at", "_full", "_gap_s", "_last_at", "_pending", "open", "window_s")
+    __slots__ = (
+        "_committing",
+        "_first_at",
+        "_full",
+        "_gap_s",
+        "_last_at",
+        "_overlapped",
+        "_pending",
+        "open",
+        "window_s",
+    )
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
@@ -45,6 +64,8 @@ class CommitWindow:
         self._last_at = 0.0
         self._first_at = 0.0  # when the oldest queued row arrived
         self._full: asyncio.Future[None] | None = None  # resolved to end `hold` early
+        self._committing = False  # a commit is under way
+        self._overlapped = False  # a queued row arrived while the last commit ran
 
     def opened(self) -> None:
         """A metered request was admitted: its row will come."""
@@ -55,7 +76,8 @@ class CommitWindow:
         self.open -= 1
         if self.open <= 0:
             self.open = 0
-            self._release()
+            if not self._overlapped:
+                self._release()
 
     def arrived(self) -> None:
         """A row was queued."""
@@ -65,13 +87,21 @@ class CommitWindow:
         self._last_at = now
         if not self._pending:
             self._first_at = now
+        if self._committing:
+            self._overlapped = True
         self._pending += 1
         if self._pending >= BATCH_ROWS:
             self._release()
 
     def taken(self) -> None:
-        """The queued rows went into a commit."""
+        """The queued rows went into a commit, which starts now."""
         self._pending = 0
+        self._committing = True
+        self._overlapped = False
+
+    def committed(self) -> None:
+        """The commit `taken` started has ended."""
+        self._committing = False
 
     def release(self) -> None:
         """End any `hold` now (the writer is closing)."""
@@ -84,7 +114,7 @@ class CommitWindow:
 
     def _worth_holding(self) -> bool:
         return (
-            self.open > 0
+            (self.open > 0 or self._overlapped)
             and 0 < self._pending < BATCH_ROWS
             and self._gap_s < self.window_s
             and self.window_s > 0

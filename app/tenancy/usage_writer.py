@@ -208,6 +208,7 @@ class UsageWriter:
                 self._spool.append(unwritten)
                 self.spooled += len(unwritten)
         finally:
+            self.window.committed()
             for future in waiting:
                 if not future.done():
                     future.set_result(None)

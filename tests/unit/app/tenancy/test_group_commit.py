@@ -18,7 +18,7 @@ from sqlalchemy.pool import NullPool
 
 from app.main import create_app
 from app.settings import Settings
-from app.tenancy.commit_window import CommitWindow
+from app.tenancy.commit_window import BATCH_ROWS, CommitWindow
 from app.tenancy.schema import usage
 from app.tenancy.service import Tenancy
 from app.tenancy.usage_writer import UsageWriter
@@ -147,14 +147,16 @@ async def test_concurrent_requests_share_commits_and_each_row_is_durable_at_its_
 
 async def test_a_lone_request_is_not_held_and_others_running_hold_a_batch() -> None:
     window = CommitWindow(window_s=60.0)  # the timer never ends a hold here
-    for _ in range(4):  # rows come often
+    for _ in range(4):  # rows come often, each after the last commit ended
         window.arrived()
         window.taken()
+        window.committed()
     window.opened()
     window.closed()
     window.arrived()
     await window.hold()  # nobody else runs: returns at once, without the window
     window.taken()
+    window.committed()
 
     window.opened()  # two run; the first ends
     window.opened()
@@ -167,6 +169,43 @@ async def test_a_lone_request_is_not_held_and_others_running_hold_a_batch() -> N
     await asyncio.sleep(0)
     assert holding.done()
     await holding
+
+
+async def test_rows_that_came_during_the_last_commit_are_held_though_none_is_admitted() -> None:
+    """The event loop busy and generation quick: requests are admitted and end one at a
+    time, so none is counted running when the writer looks, yet rows keep arriving while
+    each commit runs. Such a batch waits out the window (or fills), and the count
+    reaching 0 does not end it; the batch after a commit nobody overlapped is not held."""
+    window = CommitWindow(window_s=60.0)
+    for _ in range(4):  # rows come often
+        window.arrived()
+        window.taken()
+        window.committed()
+    window.arrived()
+    window.taken()  # a commit runs...
+    window.opened()
+    window.closed()
+    window.arrived()  # ...and a row arrives meanwhile, its request already ended
+    window.committed()
+    holding = asyncio.ensure_future(window.hold())
+    await asyncio.sleep(0)
+    assert not holding.done()  # more rows will come: the batch waits for them
+    window.opened()
+    window.closed()  # nobody counted running any more: still held
+    window.arrived()
+    await asyncio.sleep(0)
+    assert not holding.done()
+    for _ in range(BATCH_ROWS - 2):  # until the batch is full
+        window.arrived()
+    await asyncio.sleep(0)
+    assert holding.done()
+    await holding
+    window.taken()  # this commit: no row arrives while it runs
+    window.committed()
+    window.opened()
+    window.closed()
+    window.arrived()
+    await window.hold()  # returns at once
 
 
 async def test_a_batch_beyond_one_statement_commits_once_and_a_refused_row_spares_the_rest(
