@@ -13,7 +13,6 @@ touches one function.
 from __future__ import annotations
 
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -268,7 +267,7 @@ class GenerationService(ABC, Generic[RequestT]):
         if record is not None:
             request_id = record.engine_request_id(self.id_prefix)
         else:
-            request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+            request_id = f"{self.id_prefix}-{context.new_request_id()}"
         generates = await self.engine_requests(request, request_id, client)
         policy = self._admission.policy
         check_request_work(generates, engine.model.max_model_len, policy.max_request_tokens)

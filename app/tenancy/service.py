@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
-import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -172,7 +171,7 @@ class RequestMeter:
                 client_request_id = http.request_id
         source = self.usage_source
         if source is None:  # refused or gone before a generation: an id of its own
-            request_id = uuid.uuid4().hex
+            request_id = context.new_request_id()
         else:
             request_id = source.id  # the response's `id`
             prompt = source.engine_prompt_tokens

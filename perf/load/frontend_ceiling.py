@@ -4,7 +4,8 @@ The engine yields its tokens instantly. Reports streamed tokens/s and requests/s
 wall second and per CPU second of the HTTP process (= per core it keeps busy).
 
     python -m perf frontend-ceiling [--concurrency 64] [--tokens 256] [--duration 10]
-        [--keys] [--workers N] [--only streamed|non-streamed] [--tag NAME]
+        [--keys [--writer-cores 1]] [--workers N] [--only streamed|non-streamed]
+        [--tag NAME]
 
 The load client is this process: raw HTTP/1.1 over asyncio streams with keep-alive, about
 the cheapest client there is, so that on a small machine the server stays the bottleneck.
@@ -15,7 +16,10 @@ process gives per core it keeps busy), beside each worker's own share of the CPU
 
 With `--keys` each worker commits usage rows in a child process of its own
 (app.tenancy.usage_child): its CPU is counted apart (`writer_cpu_s`), and "per core,
-with the writer" is per CPU second of the workers and their writers together.
+with the writer" is per CPU second of the workers and their writers together. With
+`--writer-cores`, those children run on the cores named (from the warm-up on), as on a
+box where the writer finds a core of its own: run the command under `taskset -c 0`, and
+`--writer-cores 1` gives the writer the other core.
 """
 
 from __future__ import annotations
@@ -154,11 +158,19 @@ class Result:
 
 
 def measure(
-    server: Server, port: int, concurrency: int, tokens: int, stream: bool, seconds: float
+    server: Server,
+    port: int,
+    concurrency: int,
+    tokens: int,
+    stream: bool,
+    seconds: float,
+    writer_cores: set[int] | None = None,
 ) -> Result:
     workers = server.http_processes()
     me = psutil.Process()
     asyncio.run(drive(port, concurrency, tokens, stream, min(1.0, seconds)))  # warm-up
+    if writer_cores:  # the writers have started: their first rows were in the warm-up
+        _pin_writers(workers, writer_cores)
     one = len(workers) == 1
     usage0 = _usage_counts(port) if one else (0.0, 0.0)
     threads0 = [_thread_stats(worker.pid) for worker in workers]
@@ -217,6 +229,13 @@ def _writer_cpu(workers: list[psutil.Process]) -> dict[int, float]:
             except psutil.Error:
                 continue  # ended meanwhile
     return out
+
+
+def _pin_writers(workers: list[psutil.Process], cores: set[int]) -> None:
+    """Each worker's usage-writer child (not the worker, nor its other children) runs
+    on `cores` from now on."""
+    for pid in _writer_cpu(workers):
+        os.sched_setaffinity(pid, cores)
 
 
 def _thread_stats(pid: int) -> dict[str, tuple[str, float, int, int]]:
@@ -305,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
         help="serve with --auth keys (a SQLite keys database, limits and usage metering)",
     )
     parser.add_argument(
+        "--writer-cores",
+        type=lambda text: {int(core) for core in text.split(",")},
+        metavar="N[,N...]",
+        help="with --keys: the cores the usage writers' children run on",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -322,7 +347,15 @@ def main(argv: list[str] | None = None) -> int:
         pids = ", ".join(str(worker.pid) for worker in server.http_processes())
         print(f"HTTP processes: pid {pids}", flush=True)
         results = [
-            measure(server, args.port, args.concurrency, tokens, stream, args.duration)
+            measure(
+                server,
+                args.port,
+                args.concurrency,
+                tokens,
+                stream,
+                args.duration,
+                args.writer_cores,
+            )
             for stream, tokens in ((True, args.tokens), (False, args.short_tokens))
             if args.only in (None, SCENARIOS[0] if stream else SCENARIOS[1])
         ]

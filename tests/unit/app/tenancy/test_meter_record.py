@@ -4,6 +4,8 @@ engine's prompt and output counts, and the cached and reasoning tokens of its `u
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 
 from app.schemas.chat import ChatCompletionRequest
@@ -50,3 +52,17 @@ def test_the_record_bills_the_engines_counts_and_the_bodys_details() -> None:
     assert (record.prompt_tokens, record.completion_tokens) == (16, 10)
     assert (record.cached_tokens, record.reasoning_tokens) == (10, 3)
     assert record.n == 2 and record.outcome == "completed"
+
+
+def test_a_request_gone_before_its_generation_gets_an_id_made_in_time_order() -> None:
+    """Its row has no response id to take: it gets one as the server makes request ids
+    (32 hex digits, the millisecond first), so it too lands at the end of the index."""
+    key = KeyRecord(id="key_meter", name="meter", created_at=0.0)
+    tenancy = Tenancy(Authenticator())
+    ids = [
+        RequestMeter(tenancy, key, "/v1/chat/completions", "m", 1).record("cancelled").request_id
+        for _ in range(2)
+    ]
+    assert all(len(made) == 32 and int(made, 16) >= 0 for made in ids)
+    assert ids[0] != ids[1] and ids[0][:12] <= ids[1][:12]
+    assert abs(int(ids[0][:12], 16) - time.time() * 1000) < 60_000
