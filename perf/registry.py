@@ -21,6 +21,7 @@ SCENARIOS: dict[str, str] = {
     "frontend-ceiling": "perf.load.frontend_ceiling",
     "frontend-pair": "perf.load.frontend_pair",
     "gpu-probe-check": "perf.scenarios.gpu_probe_check",
+    "key-refresh": "perf.micro.key_refresh",
     "load": "perf.load.benchmark",
     "load-report": "perf.load.report",
     "loop-stall": "perf.scenarios.loop_stall",

@@ -10,6 +10,10 @@
   can hold a key before it is made): a flood of random well-formed keys costs one query
   per distinct key, and concurrent lookups of one key share one query. Both caches are
   bounded, least recently used first out.
+  Known keys are read again together: the first request to find its key's record
+  stale reads it along with every other key asked for since its own last read, in one
+  query (`REFRESH_BATCH` keys a query), so that the keys in use go stale together
+  and many tenants cost a read each second, not a read per key each second.
   The digest of an `Authorization` header seen before is remembered (a client sends the
   same one every time), so a cached key costs no SHA-256.
   When the database cannot be read, a key it confirmed less than `outage_s` ago keeps
@@ -46,6 +50,9 @@ MAX_UNKNOWN = 100_000
 # over (each entry is recomputed on its next request, no query is made).
 MAX_DIGESTS = 10_000
 MAX_DIGEST_HEADER = 128  # bytes: `Bearer ` and a key, with room for stray spaces
+# Keys read again in one query, at most (its parameters stay well within SQLite's and
+# PostgreSQL's limits).
+REFRESH_BATCH = 500
 
 
 def bearer_token(header: bytes | None) -> str | None:
@@ -104,6 +111,16 @@ class _Known:
     record: KeyRecord
     fetched_at: float  # the database was last asked (or tried) then
     confirmed_at: float  # the database last answered for this key then
+    in_use: bool = False  # asked for since then: read again with the next stale key
+
+
+@dataclass(slots=True)
+class _Answers:
+    """What one read of the database says of its keys: each digest's record (None: no
+    such key), or nothing for a digest it could not answer (`error` says why)."""
+
+    records: dict[str, KeyRecord | None]
+    error: str = ""
 
 
 class DatabaseKeys(Authenticator):
@@ -127,7 +144,8 @@ class DatabaseKeys(Authenticator):
         self._outage_s = outage_s
         self._known: LruMap[_Known] = LruMap(max_known)
         self._unknown: LruMap[float] = LruMap(max_unknown)  # digest -> when it was asked
-        self._pending: dict[str, asyncio.Task[KeyRecord | None]] = {}
+        self._pending: dict[str, asyncio.Task[_Answers]] = {}  # digest -> its read
+        self._in_use: list[str] = []  # known keys asked for since their last read
         self._digests: dict[bytes, str] = {}  # Authorization header -> its key's digest
 
     @property
@@ -144,6 +162,9 @@ class DatabaseKeys(Authenticator):
         now = self._clock()
         known = self._known.get(digest)
         if known is not None and now - known.fetched_at < self._ttl_s:
+            if not known.in_use:  # its first request since its last read
+                known.in_use = True
+                self._in_use.append(digest)
             record: KeyRecord | None = known.record
         else:
             record = await self._lookup(digest, known is None, now)
@@ -172,53 +193,92 @@ class DatabaseKeys(Authenticator):
                 return None
         task = self._pending.get(digest)
         if task is None:
-            # One query per key however many requests wait on it; a task of its own so
-            # that a client leaving does not cancel the others' lookup.
-            task = asyncio.ensure_future(self._fetch(digest, now))
-            self._pending[digest] = task
-            task.add_done_callback(lambda done: self._finished(digest, done))
-        return await asyncio.shield(task)
+            # A key never seen is read alone: a flood of random keys must not take the
+            # known ones along to the database with each of its keys.
+            digests = [digest] if unknown else self._stale_with_keys_in_use(digest)
+            # A task of its own, so that a client leaving does not cancel the others' read.
+            task = asyncio.ensure_future(self._fetch(digests, now))
+            for each in digests:
+                self._pending[each] = task
+            task.add_done_callback(lambda done: self._finished(digests, done))
+        answers = await asyncio.shield(task)
+        if digest not in answers.records:
+            raise KeyStoreUnavailable(answers.error)
+        return answers.records[digest]
 
-    def _finished(self, digest: str, task: asyncio.Task[KeyRecord | None]) -> None:
-        self._pending.pop(digest, None)
+    def _stale_with_keys_in_use(self, stale: str) -> list[str]:
+        """`stale` and every known key asked for since its last read (and not being read
+        already): read together, they go stale together."""
+        in_use, self._in_use = self._in_use, []
+        digests = [stale]
+        for digest in in_use:
+            known = self._known.get(digest)
+            if known is None:
+                continue
+            known.in_use = False  # marked again by its next request after this read
+            if digest != stale and digest not in self._pending:
+                digests.append(digest)
+        return digests
+
+    def _finished(self, digests: list[str], task: asyncio.Task[_Answers]) -> None:
+        for digest in digests:
+            if self._pending.get(digest) is task:
+                del self._pending[digest]
         if not task.cancelled():
             task.exception()  # retrieved: nobody may be left waiting on it
 
-    async def _fetch(self, digest: str, now: float) -> KeyRecord | None:
+    async def _fetch(self, digests: list[str], now: float) -> _Answers:
         try:
-            record = await self._query(digest)
+            found = await self._query(digests)
         except Exception as exc:
-            return self._during_outage(digest, now, exc)
-        if record is None:
-            self._known.pop(digest)
-            self._unknown.put(digest, now)
-        else:
-            self._unknown.pop(digest)
-            self._known.put(digest, _Known(record, fetched_at=now, confirmed_at=now))
-        return record
+            return self._during_outage(digests, now, exc)
+        records: dict[str, KeyRecord | None] = {}
+        for digest in digests:
+            record = records[digest] = found.get(digest)
+            if record is None:
+                self._known.pop(digest)
+                self._unknown.put(digest, now)
+            else:
+                self._unknown.pop(digest)
+                self._known.put(digest, _Known(record, fetched_at=now, confirmed_at=now))
+        return _Answers(records)
 
-    async def _query(self, digest: str) -> KeyRecord | None:
-        try:
-            return await self._store.by_hash(digest)
-        except DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            # A pooled connection died with a database that has since restarted: the
-            # pool is emptied, so one more try gets a fresh connection.
-            return await self._store.by_hash(digest)
+    async def _query(self, digests: list[str]) -> dict[str, KeyRecord]:
+        found: dict[str, KeyRecord] = {}
+        for start in range(0, len(digests), REFRESH_BATCH):
+            batch = digests[start : start + REFRESH_BATCH]
+            try:
+                found.update(await self._store.by_hashes(batch))
+            except DBAPIError as exc:
+                if not exc.connection_invalidated:
+                    raise
+                # A pooled connection died with a database that has since restarted:
+                # the pool is emptied, so one more try gets a fresh connection.
+                found.update(await self._store.by_hashes(batch))
+        return found
 
-    def _during_outage(self, digest: str, now: float, exc: Exception) -> KeyRecord:
-        known = self._known.get(digest)
-        if known is None or now - known.confirmed_at >= self._outage_s:
-            raise KeyStoreUnavailable(str(exc)) from exc
-        known.fetched_at = now  # ask again after the TTL, not on every request
-        log.warning(
-            "keys database unreachable (%s): trusting cached key %s, confirmed %.0f s ago",
-            exc,
-            known.record.id,
-            now - known.confirmed_at,
-        )
-        return known.record
+    def _during_outage(self, digests: list[str], now: float, exc: Exception) -> _Answers:
+        """The keys the database confirmed less than `outage_s` ago, trusted from the
+        cache (asked again after the TTL, not on every request); the others get no
+        answer."""
+        records: dict[str, KeyRecord | None] = {}
+        oldest = 0.0
+        for digest in digests:
+            known = self._known.get(digest)
+            if known is None or now - known.confirmed_at >= self._outage_s:
+                continue
+            known.fetched_at = now
+            records[digest] = known.record
+            oldest = max(oldest, now - known.confirmed_at)
+        if records:
+            log.warning(
+                "keys database unreachable (%s): trusting %d cached key(s), confirmed at "
+                "most %.0f s ago",
+                exc,
+                len(records),
+                oldest,
+            )
+        return _Answers(records, error=str(exc))
 
     def forget(self, key_id: str | None = None) -> None:
         if key_id is None:

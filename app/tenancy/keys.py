@@ -13,6 +13,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -166,10 +167,15 @@ class KeyStore:
         return _record(row)
 
     async def by_hash(self, key_hash: str) -> KeyRecord | None:
+        return (await self.by_hashes([key_hash])).get(key_hash)
+
+    async def by_hashes(self, key_hashes: Sequence[str]) -> dict[str, KeyRecord]:
+        """The records of the keys with these hashes, by hash, in one query (a hash no
+        key has is left out)."""
         async with self.database.connect() as conn:
-            statement = select(api_keys).where(api_keys.c.key_hash == key_hash)
-            row = (await conn.execute(statement)).first()
-        return _record(row) if row is not None else None
+            statement = select(api_keys).where(api_keys.c.key_hash.in_(key_hashes))
+            rows = (await conn.execute(statement)).all()
+        return {row.key_hash: _record(row) for row in rows}
 
     async def revoke(self, key_id: str) -> KeyRecord:
         record = await self.get(key_id)

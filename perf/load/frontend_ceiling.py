@@ -4,8 +4,8 @@ The engine yields its tokens instantly. Reports streamed tokens/s and requests/s
 wall second and per CPU second of the HTTP process (= per core it keeps busy).
 
     python -m perf frontend-ceiling [--concurrency 64] [--tokens 256] [--duration 10]
-        [--keys [--writer-cores 1]] [--workers N] [--only streamed|non-streamed]
-        [--tag NAME]
+        [--keys [--tenants N] [--writer-cores 1]] [--workers N]
+        [--only streamed|non-streamed] [--tag NAME]
 
 The load client is this process: raw HTTP/1.1 over asyncio streams with keep-alive, about
 the cheapest client there is, so that on a small machine the server stays the bottleneck.
@@ -19,7 +19,9 @@ With `--keys` each worker commits usage rows in a child process of its own
 with the writer" is per CPU second of the workers and their writers together. With
 `--writer-cores`, those children run on the cores named (from the warm-up on), as on a
 box where the writer finds a core of its own: run the command under `taskset -c 0`, and
-`--writer-cores 1` gives the writer the other core.
+`--writer-cores 1` gives the writer the other core. With `--tenants N` the clients send
+N keys (client i the key i mod N), as many tenants at once, each key's record read
+again every second by the key cache; without it, one key.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class Tally:
     errors: int = 0
 
 
-AUTHORIZATION = ""  # "Authorization: Bearer ...\r\n" with --keys
+AUTHORIZATION = ""  # "Authorization: Bearer ...\r\n" with --keys: the first key's
+AUTHORIZATIONS: list[str] = []  # every key's, with --keys (client i sends key i mod N)
 SCENARIOS = ("streamed", "non-streamed")
 
 
@@ -59,7 +62,13 @@ def output_file(stem: str, tag: str, suffix: str) -> Path:
     return OUT / f"{stem}{'-' + tag if tag else ''}{suffix}"
 
 
-def _request(port: int, tokens: int, stream: bool) -> bytes:
+def authorization_of(client: int) -> str:
+    """The `Authorization` header line client number `client` sends (none without keys)."""
+    keys = AUTHORIZATIONS
+    return keys[client % len(keys)] if keys else ""
+
+
+def _request(port: int, tokens: int, stream: bool, authorization: str = "") -> bytes:
     body = json.dumps(
         {
             "model": "scripted",
@@ -72,7 +81,7 @@ def _request(port: int, tokens: int, stream: bool) -> bytes:
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        f"{AUTHORIZATION}\r\n"
+        f"{authorization}\r\n"
     )
     return head.encode() + body
 
@@ -105,9 +114,11 @@ async def _read_plain(reader: asyncio.StreamReader) -> int:
     return 1 if b'"content"' in body else 0
 
 
-async def _client(port: int, tokens: int, stream: bool, until: float, tally: Tally) -> None:
+async def _client(
+    port: int, tokens: int, stream: bool, until: float, tally: Tally, index: int
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    request = _request(port, tokens, stream)
+    request = _request(port, tokens, stream, authorization_of(index))
     try:
         while time.monotonic() < until:
             writer.write(request)
@@ -123,7 +134,8 @@ async def _client(port: int, tokens: int, stream: bool, until: float, tally: Tal
 async def drive(port: int, concurrency: int, tokens: int, stream: bool, seconds: float) -> Tally:
     tally = Tally()
     until = time.monotonic() + seconds
-    await asyncio.gather(*(_client(port, tokens, stream, until, tally) for _ in range(concurrency)))
+    clients = (_client(port, tokens, stream, until, tally, i) for i in range(concurrency))
+    await asyncio.gather(*clients)
     return tally
 
 
@@ -324,6 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         help="serve with --auth keys (a SQLite keys database, limits and usage metering)",
     )
     parser.add_argument(
+        "--tenants",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --keys: the keys the clients send (client i the key i mod N)",
+    )
+    parser.add_argument(
         "--writer-cores",
         type=lambda text: {int(core) for core in text.split(",")},
         metavar="N[,N...]",
@@ -337,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    env = _keys_env() if args.keys else None
+    if args.tenants < 1:
+        parser.error("--tenants must be at least 1")
+    env = _keys_env(args.tenants) if args.keys else None
     argv = scripted_argv(args.port, "create", *args.granian_opt, workers=args.workers)
     log = output_file("frontend_server", args.tag, ".log")
     server = Server(argv, log, port=args.port, env=env)
@@ -385,8 +406,9 @@ def _wait_for_workers(server: Server, workers: int, timeout_s: float = 60.0) -> 
     time.sleep(2.0)  # each worker's app builds in well under a second once spawned
 
 
-def _keys_env() -> dict[str, str]:
-    """A fresh keys database with one key whose limits never bind; the clients send it."""
+def _keys_env(tenants: int = 1) -> dict[str, str]:
+    """A fresh keys database with `tenants` keys whose limits never bind; the clients
+    send them."""
     import tempfile
 
     from app.tenancy.db import open_database
@@ -395,11 +417,14 @@ def _keys_env() -> dict[str, str]:
     global AUTHORIZATION
     folder = tempfile.mkdtemp(prefix="lilac-ceiling-")
 
-    async def make_key() -> str:
+    async def make_keys() -> list[str]:
         database = await open_database(f"sqlite:///{folder}/lilac.db")
-        _, secret = await KeyStore(database).create("ceiling", KeyLimits(rpm=10**9, tpm=10**12))
+        store = KeyStore(database)
+        limits = KeyLimits(rpm=10**9, tpm=10**12)
+        secrets = [(await store.create(f"ceiling-{i}", limits))[1] for i in range(tenants)]
         await database.dispose()
-        return secret
+        return secrets
 
-    AUTHORIZATION = f"Authorization: Bearer {asyncio.run(make_key())}\r\n"
+    AUTHORIZATIONS[:] = [f"Authorization: Bearer {key}\r\n" for key in asyncio.run(make_keys())]
+    AUTHORIZATION = AUTHORIZATIONS[0]
     return {"LILAC_BENCH_KEYS_DIR": folder}

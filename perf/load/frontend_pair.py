@@ -1,6 +1,7 @@
 """Keys off beside keys on, at the same time: two frontend ceilings, one core each.
 
     python -m perf frontend-pair [--rounds 10] [--duration 4] [--only non-streamed]
+        [--same-core] [--tenants N]
 
 Each round runs `python -m perf frontend-ceiling` twice at once, keys off and keys on
 (`--keys`), each pinned with its load client and its server to a core of its own; the
@@ -48,7 +49,7 @@ def core_of(cores: tuple[int, int], number: int, side: int, same_core: bool) -> 
 def ceiling_argv(args: argparse.Namespace, side: str, keys: bool, port: int) -> list[str]:
     argv = [sys.executable, "-m", "perf", "frontend-ceiling", "--tag", f"pair-{side}"]
     argv += ["--port", str(port), "--duration", str(args.duration), "--only", args.only]
-    return argv + (["--keys"] if keys else [])
+    return argv + (["--keys", "--tenants", str(args.tenants)] if keys else [])
 
 
 def run_round(args: argparse.Namespace, number: int) -> dict[str, dict[str, Any]]:
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="both sides on one core (taking turns on it), the other core each next round",
     )
+    parser.add_argument(
+        "--tenants", type=int, default=1, metavar="N", help="keys the keys-on clients send"
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     rounds = []
@@ -124,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{on['tokens_per_cpu_s']:,} tokens per CPU second (load {on['load_avg_1m']})",
             flush=True,
         )
-    text = f"{args.only}, {args.duration:g} s a run\n\n{summary(rounds)}"
+    tenants = f", keys on with {args.tenants} keys" if args.tenants > 1 else ""
+    text = f"{args.only}, {args.duration:g} s a run{tenants}\n\n{summary(rounds)}"
     print(text)
     (OUT / f"frontend_pair-{args.only}.md").write_text(text + "\n")
     (OUT / f"frontend_pair-{args.only}.json").write_text(json.dumps(rounds, indent=1))

@@ -1,7 +1,9 @@
 """The key cache on a real SQLite file: a flood of random well-formed keys costs one
 query per distinct key (unknown keys are remembered as unknown), the memory it takes is
 bounded with the least recently used keys dropped first (never a wipe of all), known
-keys survive a flood, and concurrent requests for one key share one query."""
+keys survive a flood, concurrent requests for one key share one query, and the keys in
+use are read again together (one query a second for many tenants, in bounded batches,
+trusted or refused one by one when that read fails)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.settings import Settings
 from app.tenancy import auth as auth_module
-from app.tenancy.auth import OUTAGE_S, DatabaseKeys, InvalidKey
+from app.tenancy.auth import OUTAGE_S, DatabaseKeys, InvalidKey, KeyStoreUnavailable
 from app.tenancy.db import open_database
 from app.tenancy.key_cache import LruMap
 from app.tenancy.keys import KeyLimits, KeyStore, new_secret
@@ -178,3 +180,127 @@ async def test_the_digests_of_headers_are_bounded(sqlite_file: AsyncEngine) -> N
             await auth.authenticate(bad)
     with pytest.raises(InvalidKey):
         await auth.authenticate(None)
+
+
+async def make_keys(store: KeyStore, count: int) -> list[str]:
+    return [(await store.create(f"k{i}", KeyLimits()))[1] for i in range(count)]
+
+
+async def ask_all(auth: DatabaseKeys, secrets: list[str]) -> None:
+    for secret in secrets:
+        assert (await auth.authenticate(header(secret))) is not None
+
+
+def parameters(statement: str) -> int:
+    """How many keys one query read (SQLite's `IN (?, ?, ...)`)."""
+    return statement.count("?")
+
+
+async def test_the_keys_in_use_are_read_again_in_one_query(sqlite_file: AsyncEngine) -> None:
+    """Twenty tenants sending all the time: one read a second for all of them, not one
+    per key."""
+    store = KeyStore(sqlite_file)
+    secrets = await make_keys(store, 20)
+    clock = Clock()
+    auth = DatabaseKeys(store, clock)
+    await ask_all(auth, secrets)  # each read once, alone (not known yet)
+    with key_queries(sqlite_file) as queries:
+        for _ in range(3):
+            clock.now += 0.5
+            await ask_all(auth, secrets)  # within the TTL: from the cache
+            clock.now += 0.6  # past it: the first request reads them all
+            await ask_all(auth, secrets)
+    assert [parameters(statement) for statement in queries] == [20, 20, 20]
+
+
+async def test_keys_not_asked_for_are_not_read_again(sqlite_file: AsyncEngine) -> None:
+    store = KeyStore(sqlite_file)
+    secrets = await make_keys(store, 10)
+    clock = Clock()
+    auth = DatabaseKeys(store, clock)
+    await ask_all(auth, secrets)
+    clock.now += 0.5
+    await ask_all(auth, secrets[:4])  # the other six went quiet
+    clock.now += 0.6
+    with key_queries(sqlite_file) as queries:
+        await ask_all(auth, secrets[:1])
+    assert [parameters(statement) for statement in queries] == [4]
+
+
+async def test_a_key_revoked_meanwhile_is_refused_after_the_shared_read(
+    sqlite_file: AsyncEngine,
+) -> None:
+    store = KeyStore(sqlite_file)
+    secrets = await make_keys(store, 5)
+    clock = Clock()
+    auth = DatabaseKeys(store, clock)
+    await ask_all(auth, secrets)
+    clock.now += 0.5
+    await ask_all(auth, secrets)
+    revoked = await auth.authenticate(header(secrets[3]))
+    assert revoked is not None
+    await store.revoke(revoked.id)  # another replica's doing: nobody tells this one
+    clock.now += 0.6
+    with key_queries(sqlite_file) as queries:
+        await ask_all(auth, secrets[:3])  # reads all five
+        assert await refused(auth, secrets[3])
+        await ask_all(auth, secrets[4:])
+    assert len(queries) == 1
+
+
+async def test_an_unknown_key_is_read_alone(sqlite_file: AsyncEngine) -> None:
+    """A flood of random keys must not take the keys in use along, one read each."""
+    store = KeyStore(sqlite_file)
+    secrets = await make_keys(store, 5)
+    clock = Clock()
+    auth = DatabaseKeys(store, clock)
+    await ask_all(auth, secrets)
+    clock.now += 0.5
+    await ask_all(auth, secrets)
+    with key_queries(sqlite_file) as queries:
+        for _ in range(3):
+            assert await refused(auth, new_secret())
+        clock.now += 0.6
+        await ask_all(auth, secrets)
+    assert [parameters(statement) for statement in queries] == [1, 1, 1, 5]
+
+
+async def test_many_keys_are_read_in_bounded_queries(
+    sqlite_file: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(auth_module, "REFRESH_BATCH", 4)
+    store = KeyStore(sqlite_file)
+    secrets = await make_keys(store, 10)
+    clock = Clock()
+    auth = DatabaseKeys(store, clock)
+    await ask_all(auth, secrets)
+    clock.now += 0.5
+    await ask_all(auth, secrets)
+    clock.now += 0.6
+    with key_queries(sqlite_file) as queries:
+        await ask_all(auth, secrets)
+    assert [parameters(statement) for statement in queries] == [4, 4, 2]
+
+
+async def test_a_failed_shared_read_trusts_only_the_keys_confirmed_lately(
+    sqlite_file: AsyncEngine,
+) -> None:
+    """The keys table gone mid-run: in one failed read, a key the database confirmed
+    within `outage_s` is trusted, one confirmed before that gets 503."""
+    store = KeyStore(sqlite_file)
+    old, recent = await make_keys(store, 2)
+    clock = Clock()
+    auth = DatabaseKeys(store, clock, outage_s=5)
+    await ask_all(auth, [old])
+    clock.now += 3
+    await ask_all(auth, [recent])  # confirmed 3 s after `old`
+    clock.now += 0.5
+    await ask_all(auth, [recent])  # in use: read with the next stale key
+    async with sqlite_file.begin() as conn:
+        await conn.exec_driver_sql("ALTER TABLE api_keys RENAME TO api_keys_gone")
+    clock.now += 2  # `old` confirmed 5.5 s ago, `recent` 2.5 s ago
+    with key_queries(sqlite_file) as queries:
+        with pytest.raises(KeyStoreUnavailable):
+            await auth.authenticate(header(old))  # reads both; the read fails
+        await ask_all(auth, [recent])  # trusted, and not asked again within the TTL
+    assert [parameters(statement) for statement in queries] == [2]

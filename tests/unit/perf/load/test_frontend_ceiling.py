@@ -53,3 +53,35 @@ async def test_writer_cores_move_the_writers_child_alone(tmp_path: Path) -> None
         other.kill()
         other.wait()
         await inserts.close()
+
+
+def test_tenants_are_keys_of_their_own_sent_round_robin() -> None:
+    """`--tenants 3`: three keys in the keys database; client i sends key i mod 3."""
+    import asyncio
+    import shutil
+
+    from app.tenancy.keys import KeyStore, hash_key
+    from perf.load import frontend_ceiling
+
+    folder = frontend_ceiling._keys_env(3)["LILAC_BENCH_KEYS_DIR"]
+    try:
+        keys = list(frontend_ceiling.AUTHORIZATIONS)
+        assert len(set(keys)) == 3 and keys[0] == frontend_ceiling.AUTHORIZATION
+        sent = [frontend_ceiling.authorization_of(client) for client in range(6)]
+        assert sent == keys + keys
+        request = frontend_ceiling._request(8011, 16, False, sent[1])
+        assert sent[1].encode() in request and keys[0].encode() not in request
+
+        async def records() -> list[object]:
+            database = await open_database(f"sqlite:///{folder}/lilac.db")
+            store = KeyStore(database)
+            secrets = [key.split("Bearer ", 1)[1].strip() for key in keys]
+            found = await store.by_hashes([hash_key(secret) for secret in secrets])
+            await database.dispose()
+            return list(found.values())
+
+        assert len(asyncio.run(records())) == 3
+    finally:
+        shutil.rmtree(folder)
+        frontend_ceiling.AUTHORIZATIONS.clear()
+        frontend_ceiling.AUTHORIZATION = ""

@@ -20,11 +20,12 @@ def side(tokens: int, with_writer: int, core: int) -> dict[str, Any]:
 
 
 def test_the_ceiling_runs_with_their_own_ports_and_files() -> None:
-    args = argparse.Namespace(duration=3.0, only="non-streamed")
+    args = argparse.Namespace(duration=3.0, only="non-streamed", tenants=64)
     off = ceiling_argv(args, "off", False, 8011)
     on = ceiling_argv(args, "on", True, 8012)
     assert off[1:4] == on[1:4] == ["-m", "perf", "frontend-ceiling"]
     assert "--keys" in on and "--keys" not in off
+    assert on[on.index("--tenants") + 1] == "64" and "--tenants" not in off
     assert off[off.index("--tag") + 1] == "pair-off" and on[on.index("--tag") + 1] == "pair-on"
     assert off[off.index("--port") + 1] == "8011" and on[on.index("--port") + 1] == "8012"
     assert on[on.index("--only") + 1] == "non-streamed"
