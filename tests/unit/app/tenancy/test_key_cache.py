@@ -191,6 +191,20 @@ async def ask_all(auth: DatabaseKeys, secrets: list[str]) -> None:
         assert (await auth.authenticate(header(secret))) is not None
 
 
+async def keys_in_use(
+    engine: AsyncEngine, count: int, **options: Any
+) -> tuple[KeyStore, list[str], Clock, DatabaseKeys]:
+    """`count` keys, each read once and asked for again half a TTL later (in use)."""
+    store = KeyStore(engine)
+    secrets = await make_keys(store, count)
+    clock = Clock()
+    auth = DatabaseKeys(store, clock, **options)
+    await ask_all(auth, secrets)
+    clock.now += 0.5
+    await ask_all(auth, secrets)
+    return store, secrets, clock, auth
+
+
 def parameters(statement: str) -> int:
     """How many keys one query read (SQLite's `IN (?, ?, ...)`)."""
     return statement.count("?")
@@ -199,29 +213,21 @@ def parameters(statement: str) -> int:
 async def test_the_keys_in_use_are_read_again_in_one_query(sqlite_file: AsyncEngine) -> None:
     """Twenty tenants sending all the time: one read a second for all of them, not one
     per key."""
-    store = KeyStore(sqlite_file)
-    secrets = await make_keys(store, 20)
-    clock = Clock()
-    auth = DatabaseKeys(store, clock)
-    await ask_all(auth, secrets)  # each read once, alone (not known yet)
+    _, secrets, clock, auth = await keys_in_use(sqlite_file, 20)
     with key_queries(sqlite_file) as queries:
         for _ in range(3):
+            clock.now += 0.6  # past the TTL: the first request reads them all
+            await ask_all(auth, secrets)
             clock.now += 0.5
             await ask_all(auth, secrets)  # within the TTL: from the cache
-            clock.now += 0.6  # past it: the first request reads them all
-            await ask_all(auth, secrets)
     assert [parameters(statement) for statement in queries] == [20, 20, 20]
 
 
 async def test_keys_not_asked_for_are_not_read_again(sqlite_file: AsyncEngine) -> None:
-    store = KeyStore(sqlite_file)
-    secrets = await make_keys(store, 10)
-    clock = Clock()
-    auth = DatabaseKeys(store, clock)
-    await ask_all(auth, secrets)
-    clock.now += 0.5
-    await ask_all(auth, secrets[:4])  # the other six went quiet
+    _, secrets, clock, auth = await keys_in_use(sqlite_file, 10)
     clock.now += 0.6
+    await ask_all(auth, secrets[:4])  # all ten read together; the other six went quiet
+    clock.now += 1.1
     with key_queries(sqlite_file) as queries:
         await ask_all(auth, secrets[:1])
     assert [parameters(statement) for statement in queries] == [4]
@@ -230,13 +236,7 @@ async def test_keys_not_asked_for_are_not_read_again(sqlite_file: AsyncEngine) -
 async def test_a_key_revoked_meanwhile_is_refused_after_the_shared_read(
     sqlite_file: AsyncEngine,
 ) -> None:
-    store = KeyStore(sqlite_file)
-    secrets = await make_keys(store, 5)
-    clock = Clock()
-    auth = DatabaseKeys(store, clock)
-    await ask_all(auth, secrets)
-    clock.now += 0.5
-    await ask_all(auth, secrets)
+    store, secrets, clock, auth = await keys_in_use(sqlite_file, 5)
     revoked = await auth.authenticate(header(secrets[3]))
     assert revoked is not None
     await store.revoke(revoked.id)  # another replica's doing: nobody tells this one
@@ -250,13 +250,7 @@ async def test_a_key_revoked_meanwhile_is_refused_after_the_shared_read(
 
 async def test_an_unknown_key_is_read_alone(sqlite_file: AsyncEngine) -> None:
     """A flood of random keys must not take the keys in use along, one read each."""
-    store = KeyStore(sqlite_file)
-    secrets = await make_keys(store, 5)
-    clock = Clock()
-    auth = DatabaseKeys(store, clock)
-    await ask_all(auth, secrets)
-    clock.now += 0.5
-    await ask_all(auth, secrets)
+    _, secrets, clock, auth = await keys_in_use(sqlite_file, 5)
     with key_queries(sqlite_file) as queries:
         for _ in range(3):
             assert await refused(auth, new_secret())
@@ -269,13 +263,7 @@ async def test_many_keys_are_read_in_bounded_queries(
     sqlite_file: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(auth_module, "REFRESH_BATCH", 4)
-    store = KeyStore(sqlite_file)
-    secrets = await make_keys(store, 10)
-    clock = Clock()
-    auth = DatabaseKeys(store, clock)
-    await ask_all(auth, secrets)
-    clock.now += 0.5
-    await ask_all(auth, secrets)
+    _, secrets, clock, auth = await keys_in_use(sqlite_file, 10)
     clock.now += 0.6
     with key_queries(sqlite_file) as queries:
         await ask_all(auth, secrets)
