@@ -37,6 +37,11 @@ def round_asks(
         # Spare slots go back each round, but as many as were in use at once since
         # the last one stay: a key sending one request after another keeps its slot.
         ask.slots = max(state.in_flight, state.slots_need, min(state.slots, state.peak))
+        # Slots given back are given up now, not when the grant comes: a request
+        # admitted while the round runs must fit in what the store will count as this
+        # replica's, or the others could lease the same slot and the key run over its
+        # limit.
+        state.slots = min(state.slots, ask.slots)
         state.peak = state.in_flight
         asks.append((ask, state))
     return asks
@@ -79,7 +84,9 @@ def apply_round(
                 rate = lease.capacity / WINDOW_S
                 lease.dry_until = now + (lease.need - lease.held) / rate if rate else math.inf
             lease.need = 0.0
-        # Slots admitted during the round stay held even beyond the grant.
+        # What was in flight when the round asked is the grant's floor, and admissions
+        # since fit in the slots kept at the ask: the grant covers every request in
+        # flight (`max` only keeps a request counted should it ever not).
         state.slots = max(grant.slots, state.in_flight)
         if state.slots_need and state.slots < state.slots_need:
             state.slots_dry_until = now + min(1.0, sync_interval_s)
