@@ -12,8 +12,9 @@
   bounded, least recently used first out.
   Known keys are read again together: the first request to find its key's record
   stale reads it along with every other key asked for since its own last read, in one
-  query (`REFRESH_BATCH` keys a query), so that the keys in use go stale together
-  and many tenants cost a read each second, not a read per key each second.
+  query (`REFRESH_BATCH` keys a query, each batch answered as it comes), so that the
+  keys in use go stale together and many tenants cost a read each second, not a read
+  per key each second.
   The digest of an `Authorization` header seen before is remembered (a client sends the
   same one every time), so a cached key costs no SHA-256.
   When the database cannot be read, a key it confirmed less than `outage_s` ago keeps
@@ -24,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import time
@@ -195,12 +197,8 @@ class DatabaseKeys(Authenticator):
         if task is None:
             # A key never seen is read alone: a flood of random keys must not take the
             # known ones along to the database with each of its keys.
-            digests = [digest] if unknown else self._stale_with_keys_in_use(digest)
-            # A task of its own, so that a client leaving does not cancel the others' read.
-            task = asyncio.ensure_future(self._fetch(digests, now))
-            for each in digests:
-                self._pending[each] = task
-            task.add_done_callback(lambda done: self._finished(digests, done))
+            self._read([digest] if unknown else self._stale_with_keys_in_use(digest), now)
+            task = self._pending[digest]
         answers = await asyncio.shield(task)
         if digest not in answers.records:
             raise KeyStoreUnavailable(answers.error)
@@ -220,6 +218,20 @@ class DatabaseKeys(Authenticator):
                 digests.append(digest)
         return digests
 
+    def _read(self, digests: list[str], now: float) -> None:
+        """Read `digests` again, `REFRESH_BATCH` a query, one query after the other:
+        each batch a task of its own, so that a request waits for its own key's batch
+        only (the stale key that asked is in the first), and a client leaving does not
+        cancel the others' read."""
+        previous: asyncio.Task[_Answers] | None = None
+        for start in range(0, len(digests), REFRESH_BATCH):
+            batch = digests[start : start + REFRESH_BATCH]
+            task = asyncio.ensure_future(self._fetch(batch, now, after=previous))
+            for digest in batch:
+                self._pending[digest] = task
+            task.add_done_callback(functools.partial(self._finished, batch))
+            previous = task
+
     def _finished(self, digests: list[str], task: asyncio.Task[_Answers]) -> None:
         for digest in digests:
             if self._pending.get(digest) is task:
@@ -227,7 +239,11 @@ class DatabaseKeys(Authenticator):
         if not task.cancelled():
             task.exception()  # retrieved: nobody may be left waiting on it
 
-    async def _fetch(self, digests: list[str], now: float) -> _Answers:
+    async def _fetch(
+        self, digests: list[str], now: float, after: asyncio.Task[_Answers] | None = None
+    ) -> _Answers:
+        if after is not None:  # the batch before: one query at a time on the pool
+            await asyncio.wait([after])
         try:
             found = await self._query(digests)
         except Exception as exc:
@@ -244,18 +260,14 @@ class DatabaseKeys(Authenticator):
         return _Answers(records)
 
     async def _query(self, digests: list[str]) -> dict[str, KeyRecord]:
-        found: dict[str, KeyRecord] = {}
-        for start in range(0, len(digests), REFRESH_BATCH):
-            batch = digests[start : start + REFRESH_BATCH]
-            try:
-                found.update(await self._store.by_hashes(batch))
-            except DBAPIError as exc:
-                if not exc.connection_invalidated:
-                    raise
-                # A pooled connection died with a database that has since restarted:
-                # the pool is emptied, so one more try gets a fresh connection.
-                found.update(await self._store.by_hashes(batch))
-        return found
+        try:
+            return await self._store.by_hashes(digests)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # A pooled connection died with a database that has since restarted: the
+            # pool is emptied, so one more try gets a fresh connection.
+            return await self._store.by_hashes(digests)
 
     def _during_outage(self, digests: list[str], now: float, exc: Exception) -> _Answers:
         """The keys the database confirmed less than `outage_s` ago, trusted from the

@@ -270,6 +270,23 @@ async def test_many_keys_are_read_in_bounded_queries(
     assert [parameters(statement) for statement in queries] == [4, 4, 2]
 
 
+async def test_the_stale_key_waits_for_its_own_batch_only(
+    sqlite_file: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant whose key went stale is answered after the first batch, not after the
+    reads of every other tenant's key."""
+    monkeypatch.setattr(auth_module, "REFRESH_BATCH", 4)
+    _, secrets, clock, auth = await keys_in_use(sqlite_file, 12)
+    clock.now += 0.6
+    with key_queries(sqlite_file) as queries:
+        assert (await auth.authenticate(header(secrets[0]))) is not None
+        answered_after = len(queries)
+        while auth._pending:  # the other batches, read one after the other
+            await asyncio.sleep(0.01)
+    assert answered_after < 3
+    assert [parameters(statement) for statement in queries] == [4, 4, 4]
+
+
 async def test_a_failed_shared_read_trusts_only_the_keys_confirmed_lately(
     sqlite_file: AsyncEngine,
 ) -> None:
