@@ -15,6 +15,11 @@
   query (`REFRESH_BATCH` keys a query, each batch answered as it comes), so that the
   keys in use go stale together and many tenants cost a read each second, not a read
   per key each second.
+  A key in steady use is read again before its record expires: the first request past
+  `READ_AHEAD` of the TTL starts that shared read and is answered from the cache, so
+  no request waits for the database while its record is read (a request whose record
+  did expire waits for the read, as it always did; none is answered from a record
+  older than the TTL).
   The digest of an `Authorization` header seen before is remembered (a client sends the
   same one every time), so a cached key costs no SHA-256.
   When the database cannot be read, a key it confirmed less than `outage_s` ago keeps
@@ -55,6 +60,10 @@ MAX_DIGEST_HEADER = 128  # bytes: `Bearer ` and a key, with room for stray space
 # Keys read again in one query, at most (its parameters stay well within SQLite's and
 # PostgreSQL's limits).
 REFRESH_BATCH = 500
+# The share of the TTL after which a request of a key in use starts its next read
+# without waiting for it: a read that takes less than the rest of the TTL (a quarter
+# second) is never waited for by a key in steady use.
+READ_AHEAD = 0.75
 
 
 def bearer_token(header: bytes | None) -> str | None:
@@ -114,6 +123,9 @@ class _Known:
     fetched_at: float  # the database was last asked (or tried) then
     confirmed_at: float  # the database last answered for this key then
     in_use: bool = False  # asked for since then: read again with the next stale key
+    # When a read of it last began: a read ahead starts only when none has since the
+    # record was fetched (one whose read failed is not asked again until it expires).
+    asked_at: float = 0.0
 
 
 @dataclass(slots=True)
@@ -144,6 +156,7 @@ class DatabaseKeys(Authenticator):
         self._ttl_s = ttl_s
         self._unknown_ttl_s = unknown_ttl_s
         self._outage_s = outage_s
+        self._ahead_s = ttl_s * READ_AHEAD
         self._known: LruMap[_Known] = LruMap(max_known)
         self._unknown: LruMap[float] = LruMap(max_unknown)  # digest -> when it was asked
         self._pending: dict[str, asyncio.Task[_Answers]] = {}  # digest -> its read
@@ -163,10 +176,12 @@ class DatabaseKeys(Authenticator):
             digest = self._digest(header)
         now = self._clock()
         known = self._known.get(digest)
-        if known is not None and now - known.fetched_at < self._ttl_s:
+        if known is not None and (age := now - known.fetched_at) < self._ttl_s:
             if not known.in_use:  # its first request since its last read
                 known.in_use = True
                 self._in_use.append(digest)
+            if age >= self._ahead_s and known.asked_at <= known.fetched_at:
+                self._read(self._stale_with_keys_in_use(digest, now), now)  # not awaited
             record: KeyRecord | None = known.record
         else:
             record = await self._lookup(digest, known is None, now)
@@ -197,24 +212,28 @@ class DatabaseKeys(Authenticator):
         if task is None:
             # A key never seen is read alone: a flood of random keys must not take the
             # known ones along to the database with each of its keys.
-            self._read([digest] if unknown else self._stale_with_keys_in_use(digest), now)
+            self._read([digest] if unknown else self._stale_with_keys_in_use(digest, now), now)
             task = self._pending[digest]
         answers = await asyncio.shield(task)
         if digest not in answers.records:
             raise KeyStoreUnavailable(answers.error)
         return answers.records[digest]
 
-    def _stale_with_keys_in_use(self, stale: str) -> list[str]:
+    def _stale_with_keys_in_use(self, stale: str, now: float) -> list[str]:
         """`stale` and every known key asked for since its last read (and not being read
-        already): read together, they go stale together."""
+        already), each noted as asked `now`: read together, they go stale together."""
         in_use, self._in_use = self._in_use, []
         digests = [stale]
+        known = self._known.get(stale)
+        if known is not None:
+            known.asked_at = now
         for digest in in_use:
             known = self._known.get(digest)
             if known is None:
                 continue
             known.in_use = False  # marked again by its next request after this read
             if digest != stale and digest not in self._pending:
+                known.asked_at = now
                 digests.append(digest)
         return digests
 

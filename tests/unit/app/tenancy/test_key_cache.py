@@ -3,7 +3,8 @@ query per distinct key (unknown keys are remembered as unknown), the memory it t
 bounded with the least recently used keys dropped first (never a wipe of all), known
 keys survive a flood, concurrent requests for one key share one query, and the keys in
 use are read again together (one query a second for many tenants, in bounded batches,
-trusted or refused one by one when that read fails)."""
+trusted or refused one by one when that read fails), before their records expire, so
+that no request of a key in steady use waits for the database."""
 
 from __future__ import annotations
 
@@ -309,3 +310,104 @@ async def test_a_failed_shared_read_trusts_only_the_keys_confirmed_lately(
             await auth.authenticate(header(old))  # reads both; the read fails
         await ask_all(auth, [recent])  # trusted, and not asked again within the TTL
     assert [parameters(statement) for statement in queries] == [2]
+
+
+def gated_reads(store: KeyStore, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """The store's reads of keys wait until the event is set (a slow database)."""
+    gate = asyncio.Event()
+    read = store.by_hashes
+
+    async def slow(digests: list[str]) -> Any:
+        await gate.wait()
+        return await read(digests)
+
+    monkeypatch.setattr(store, "by_hashes", slow)
+    return gate
+
+
+async def read_finished(auth: DatabaseKeys) -> None:
+    while auth._pending:
+        await asyncio.sleep(0.01)
+
+
+async def test_keys_in_use_are_read_ahead_and_nobody_waits(
+    sqlite_file: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past three quarters of the TTL a request starts the keys' next read and is
+    answered from the cache, however slow the read; a request whose record has expired
+    joins that read and waits for it."""
+    store, secrets, clock, auth = await keys_in_use(sqlite_file, 5)
+    gate = gated_reads(store, monkeypatch)
+    clock.now += 0.3  # 0.8 s since the keys were read
+    with key_queries(sqlite_file) as queries:
+        for secret in secrets:
+            answer = await asyncio.wait_for(auth.authenticate(header(secret)), 1)
+            assert answer is not None
+        assert auth._pending  # the read runs, nobody waits for it
+        clock.now += 0.25  # the records read 1.05 s ago have expired
+        late = asyncio.ensure_future(auth.authenticate(header(secrets[2])))
+        await asyncio.sleep(0.05)
+        assert not late.done()  # waits for the read under way, not for one of its own
+        gate.set()
+        assert (await late) is not None
+        clock.now += 0.7  # 0.95 s after the read began, 0.7 after its records came
+        await ask_all(auth, secrets)
+    assert [parameters(statement) for statement in queries] == [5]
+
+
+async def test_a_revocation_seen_by_a_read_ahead_refuses_the_key_at_once(
+    sqlite_file: AsyncEngine,
+) -> None:
+    store, secrets, clock, auth = await keys_in_use(sqlite_file, 3)
+    revoked = await auth.authenticate(header(secrets[1]))
+    assert revoked is not None
+    await store.revoke(revoked.id)  # another replica's doing
+    clock.now += 0.3
+    await ask_all(auth, secrets[:1])  # starts the read of all three
+    await read_finished(auth)
+    assert await refused(auth, secrets[1])
+    await ask_all(auth, [secrets[0], secrets[2]])
+
+
+async def gone(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql("ALTER TABLE api_keys RENAME TO api_keys_gone")
+
+
+async def test_a_failed_read_ahead_is_not_repeated_before_the_records_expire(
+    sqlite_file: AsyncEngine,
+) -> None:
+    """The database gone, and the keys confirmed longer than `outage_s` ago: answered
+    from their records until those expire, with no other read in between; then 503."""
+    _, secrets, clock, auth = await keys_in_use(sqlite_file, 2, outage_s=0.5)
+    await gone(sqlite_file)
+    clock.now += 0.3
+    with key_queries(sqlite_file) as queries:
+        await ask_all(auth, secrets)  # the read ahead starts, then fails
+        await read_finished(auth)
+        for _ in range(3):
+            await ask_all(auth, secrets)  # from the cache, within the TTL
+        assert len(queries) == 1
+        clock.now += 0.25  # 1.05 s since the records were read
+        for secret in secrets:
+            with pytest.raises(KeyStoreUnavailable):
+                await auth.authenticate(header(secret))
+    # The read ahead; the first expired key's read (both keys in use), which fails; the
+    # second key, left unanswered by it, asked again by its own request.
+    assert [parameters(statement) for statement in queries] == [2, 2, 1]
+
+
+async def test_a_failed_read_ahead_trusts_keys_confirmed_lately(sqlite_file: AsyncEngine) -> None:
+    """Within `outage_s` of their last confirmation the keys stay in use through a
+    failed read ahead, read ahead once per TTL meanwhile."""
+    _, secrets, clock, auth = await keys_in_use(sqlite_file, 2)
+    await gone(sqlite_file)
+    clock.now += 0.3
+    with key_queries(sqlite_file) as queries:
+        await ask_all(auth, secrets)
+        await read_finished(auth)
+        for _ in range(4):
+            clock.now += 0.25
+            await ask_all(auth, secrets)
+            await read_finished(auth)
+    assert len(queries) == 2  # at 0.8 s, then 0.75 s after that read began
