@@ -212,6 +212,9 @@ class UsageWriter:
             for future in waiting:
                 if not future.done():
                     future.set_result(None)
+        # After the requests have their answer: the keys' last use is bookkeeping, and
+        # a batch of many tenants' rows must not wait for it.
+        await self._touch(_handled(batch, unwritten))
 
     async def _commit(self, records: list[UsageRecord]) -> list[UsageRecord]:
         """Commit `records`: together, else one by one (a row the database refuses is a
@@ -225,7 +228,6 @@ class UsageWriter:
             return await self._row_by_row(records)
         self.written += len(records)
         self._mark(True)
-        await self._touch(records)
         return []
 
     async def _row_by_row(self, records: list[UsageRecord]) -> list[UsageRecord]:
@@ -233,7 +235,6 @@ class UsageWriter:
             if not await self._write_alone(record):
                 return records[position:]
         self._mark(True)
-        await self._touch(records)
         return []
 
     async def _write_alone(self, record: UsageRecord) -> bool:
@@ -300,7 +301,8 @@ class UsageWriter:
             await direct.close()
 
     async def _touch(self, records: list[UsageRecord]) -> None:
-        if self._keys is None:
+        """Each key's `last_used_at`, from the records the database took."""
+        if self._keys is None or not records:
             return
         # Each key's last record in the batch: one look per key, not per record.
         latest = {record.key_id: record.created_at for record in records}
@@ -353,6 +355,7 @@ class UsageWriter:
             elif line.strip():  # a torn or foreign line: kept for a person, never dropped
                 await self._set_aside_line(line)
         unwritten = await self._commit(records) if records else []
+        await self._touch(_handled(records, unwritten))
         # Only this task appends to the spool: what is left is exactly `unwritten`.
         if unwritten:
             if len(unwritten) < len(lines):  # else the file already holds just these
@@ -380,6 +383,12 @@ class UsageWriter:
         elif not ok and self.db_ok:
             log.error("usage: database write failed (%s); spooling to %s", exc, self.spool)
         self.db_ok = ok
+
+
+def _handled(records: list[UsageRecord], unwritten: list[UsageRecord]) -> list[UsageRecord]:
+    """The records a commit wrote or set aside: all but `unwritten`, which is always the
+    last of them (the database went down from that one on)."""
+    return records[: len(records) - len(unwritten)]
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

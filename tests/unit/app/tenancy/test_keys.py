@@ -84,3 +84,28 @@ async def test_a_key_has_a_cache_group(database: AsyncEngine) -> None:
     cleared = await store.update(record.id, {}, cache_group=None)
     assert cleared.cache_group is None and (await store.get(record.id)).cache_group is None
     assert (await store.get(record.id)).public()["cache_group"] is None
+
+
+async def test_the_last_use_of_many_keys_is_one_statement(database: AsyncEngine) -> None:
+    """The usage writer records the last use of every key of a batch at once: one
+    statement the driver runs for all of them, each key getting its own time."""
+    from sqlalchemy import event
+
+    store = KeyStore(database)
+    records = [(await store.create(f"k{i}", KeyLimits()))[0] for i in range(40)]
+    untouched, *touched = records
+    statements: list[tuple[str, bool]] = []
+
+    def seen(_c: object, _cur: object, statement: str, _p: object, _x: object, many: bool) -> None:
+        if statement.lstrip().upper().startswith("UPDATE"):
+            statements.append((statement, many))
+
+    event.listen(database.sync_engine, "before_cursor_execute", seen)
+    try:
+        await store.touch({record.id: 1000.0 + i for i, record in enumerate(touched)})
+    finally:
+        event.remove(database.sync_engine, "before_cursor_execute", seen)
+    assert len(statements) == 1 and statements[0][1]  # one executemany
+    last_used = {record.id: record.last_used_at for record in await store.list()}
+    assert last_used[untouched.id] is None
+    assert [last_used[record.id] for record in touched] == [1000.0 + i for i in range(39)]

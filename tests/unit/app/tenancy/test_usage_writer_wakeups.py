@@ -131,3 +131,32 @@ async def test_a_keys_last_use_is_written_once_a_batch_and_at_most_every_30_s(
     await writer.write(record("a-later", key_id="key_a", created_at=later))
     await writer.close()
     assert touches.calls[1:] == [{"key_a": later}]
+
+
+class _SlowTouches(_Touches):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def touch(self, last_used: dict[str, float]) -> None:
+        await self.gate.wait()
+        await super().touch(last_used)
+
+
+async def test_requests_have_their_answer_before_the_keys_last_use_is_written(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """A batch of many tenants' rows is answered once it is committed; the keys' last
+    use, bookkeeping, is written after (however slowly) and holds up no request."""
+    touches = _SlowTouches()
+    writer = UsageWriter(database, tmp_path / "usage-spool.jsonl", touches)  # type: ignore[arg-type]
+    now = time.time()
+    batch = [record(f"r-{i}", key_id=f"key-{i}", created_at=now) for i in range(50)]
+    await asyncio.wait_for(asyncio.gather(*(writer.write(r) for r in batch)), 10)
+    assert sorted(r.request_id for r in await usage_rows(database)) == sorted(
+        r.request_id for r in batch
+    )
+    assert touches.calls == []  # still waiting on the slow bookkeeping
+    touches.gate.set()
+    await writer.close()
+    assert touches.calls == [{f"key-{i}": now for i in range(50)}]
