@@ -28,7 +28,9 @@ loop, and handing each commit to it and back cost the worker more CPU than the c
 itself (keys on, non-streamed, 0.77-0.83 of the requests per CPU second of keys off
 through the server, against 0.87-0.90 with the process; docs/frontend.md, "Keys on: the
 commit in a process of its own"). Where no child can be started, the thread does the work
-(app.tenancy.usage_sqlite).
+(app.tenancy.usage_sqlite). How rows reach each kind of database is
+app.tenancy.usage_inserts; each key's `last_used_at`, written after a batch's requests
+have their answer, app.tenancy.usage_last_use.
 
 Refused requests (nothing generated) are not rows: `refuse` counts them
 (app.tenancy.usage_refusals) and the writer adds the counts to `usage_refusals` each
@@ -44,26 +46,22 @@ import time
 from pathlib import Path
 
 from sqlalchemy import insert, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.commit_window import CommitWindow
 from app.tenancy.keys import KeyStore
-from app.tenancy.schema import usage, usage_dead_letter
-from app.tenancy.usage import SQLITE_INSERT, UsageRecord, _line, _parse, _row, _values
+from app.tenancy.schema import usage_dead_letter
+from app.tenancy.usage import UsageRecord, _line, _parse
 from app.tenancy.usage_faults import fault, reason
-from app.tenancy.usage_process import ProcessInserts
+from app.tenancy.usage_inserts import UsageInserts
+from app.tenancy.usage_last_use import LastUse
 from app.tenancy.usage_refusals import RefusalCounts
 from app.tenancy.usage_spool import UsageSpool
-from app.tenancy.usage_sqlite import direct_path
 from engine.ticks import tick_delay
 
 log = logging.getLogger("lilac.usage")
 
 RETRY_S = 1.0
-# A key's `last_used_at` is written at most this often: a transaction of its own per
-# batch would double the commits for a field `keys list` shows to the minute.
-TOUCH_EVERY_S = 30.0
 
 
 class UsageWriter:
@@ -74,7 +72,7 @@ class UsageWriter:
         self.spool = spool
         self._spool = UsageSpool(spool)
         self.dead_letter_file = self._spool.dead_letter_file
-        self._keys = keys
+        self._last_use = LastUse(keys)  # each key's `last_used_at`
         # The records queued for the next commit, and the futures of those a caller
         # awaits (`submit`ted ones have none): two lists, each a plain pass at commit.
         self._pending: list[UsageRecord] = []
@@ -99,11 +97,7 @@ class UsageWriter:
         self.commits = 0  # group commits of new records (`written` / `commits`: rows each)
         self.spooled = 0
         self.dead_lettered = 0
-        self._touched: dict[str, float] = {}  # key id -> created_at last written
-        # The SQLite file's own connection, in a child process of the writer's own
-        # (app.tenancy.usage_process), for `_direct_for`.
-        self._direct: ProcessInserts | None = None
-        self._direct_for: AsyncEngine | None = None
+        self._inserts = UsageInserts()  # the rows into `database`, per backend
 
     def start(self) -> asyncio.AbstractEventLoop:
         """Start the writer task (once); the loop it runs on."""
@@ -155,7 +149,7 @@ class UsageWriter:
                 await self._task
             self._task = None
         await self._flush()
-        await self._close_direct()
+        await self._inserts.close()
 
     def _wake(self) -> None:
         self._woken = True
@@ -214,13 +208,13 @@ class UsageWriter:
                     future.set_result(None)
         # After the requests have their answer: the keys' last use is bookkeeping, and
         # a batch of many tenants' rows must not wait for it.
-        await self._touch(_handled(batch, unwritten))
+        await self._last_use.record(_handled(batch, unwritten))
 
     async def _commit(self, records: list[UsageRecord]) -> list[UsageRecord]:
         """Commit `records`: together, else one by one (a row the database refuses is a
         dead letter). The records left unwritten because the database is down."""
         try:
-            await self._insert(records)
+            await self._inserts.insert(self.database, records)
         except Exception as exc:
             if not await self._answers_despite(exc):
                 self._mark(False, exc)
@@ -243,7 +237,7 @@ class UsageWriter:
         error (a lock, a timeout) must not make a billable row a dead letter."""
         for attempt in (1, 2):
             try:
-                await self._insert([record])
+                await self._inserts.insert(self.database, [record])
             except Exception as exc:
                 if not await self._answers_despite(exc):
                     self._mark(False, exc)
@@ -269,53 +263,6 @@ class UsageWriter:
         except Exception:
             return False
         return True
-
-    async def _insert(self, records: list[UsageRecord]) -> None:
-        direct = await self._sqlite_inserts()
-        if direct is not None:
-            # Rows as tuples, one statement, on the writer's own connection: SQLAlchemy's
-            # compile, binding and thread hops cost more than the commit's own work.
-            await direct.insert(list(map(_values, records)))
-            return
-        if self.database.dialect.name == "sqlite":  # in memory, or with URL options
-            async with self.database.begin() as conn:
-                await conn.exec_driver_sql(SQLITE_INSERT, [_values(r) for r in records])
-            return
-        statement = pg_insert(usage).on_conflict_do_nothing(index_elements=["request_id"])
-        async with self.database.begin() as conn:
-            await conn.execute(statement, [_row(record) for record in records])
-
-    async def _sqlite_inserts(self) -> ProcessInserts | None:
-        """The direct connection to the file behind `self.database` (made again when
-        that engine is replaced), or None when it is not a SQLite file."""
-        if self._direct_for is not self.database:
-            await self._close_direct()
-            self._direct_for = self.database
-            path = direct_path(self.database)
-            self._direct = ProcessInserts(path) if path is not None else None
-        return self._direct
-
-    async def _close_direct(self) -> None:
-        direct, self._direct, self._direct_for = self._direct, None, None
-        if direct is not None:
-            await direct.close()
-
-    async def _touch(self, records: list[UsageRecord]) -> None:
-        """Each key's `last_used_at`, from the records the database took."""
-        if self._keys is None or not records:
-            return
-        # Each key's last record in the batch: one look per key, not per record.
-        latest = {record.key_id: record.created_at for record in records}
-        last_used: dict[str, float] = {}
-        for key_id, at in latest.items():
-            if key_id is not None and at - self._touched.get(key_id, 0.0) >= TOUCH_EVERY_S:
-                last_used[key_id] = self._touched[key_id] = at
-        if not last_used:
-            return
-        try:
-            await self._keys.touch(last_used)
-        except Exception as exc:  # the records are committed; `last_used_at` can wait
-            log.warning("usage: could not update keys' last use (%s)", reason(exc))
 
     async def _set_aside(self, record: UsageRecord, exc: BaseException) -> None:
         """A dead letter: the database answers but will not take this record."""
@@ -355,7 +302,7 @@ class UsageWriter:
             elif line.strip():  # a torn or foreign line: kept for a person, never dropped
                 await self._set_aside_line(line)
         unwritten = await self._commit(records) if records else []
-        await self._touch(_handled(records, unwritten))
+        await self._last_use.record(_handled(records, unwritten))
         # Only this task appends to the spool: what is left is exactly `unwritten`.
         if unwritten:
             if len(unwritten) < len(lines):  # else the file already holds just these

@@ -211,6 +211,19 @@ def parameters(statement: str) -> int:
     return statement.count("?")
 
 
+async def revoke_elsewhere(store: KeyStore, auth: DatabaseKeys, secret: str) -> None:
+    """The key is cached here, then revoked by another replica (nobody tells this one)."""
+    record = await auth.authenticate(header(secret))
+    assert record is not None
+    await store.revoke(record.id)
+
+
+async def gone(engine: AsyncEngine) -> None:
+    """The keys table disappears: every read of a key fails."""
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql("ALTER TABLE api_keys RENAME TO api_keys_gone")
+
+
 async def test_the_keys_in_use_are_read_again_in_one_query(sqlite_file: AsyncEngine) -> None:
     """Twenty tenants sending all the time: one read a second for all of them, not one
     per key."""
@@ -238,9 +251,7 @@ async def test_a_key_revoked_meanwhile_is_refused_after_the_shared_read(
     sqlite_file: AsyncEngine,
 ) -> None:
     store, secrets, clock, auth = await keys_in_use(sqlite_file, 5)
-    revoked = await auth.authenticate(header(secrets[3]))
-    assert revoked is not None
-    await store.revoke(revoked.id)  # another replica's doing: nobody tells this one
+    await revoke_elsewhere(store, auth, secrets[3])
     clock.now += 0.6
     with key_queries(sqlite_file) as queries:
         await ask_all(auth, secrets[:3])  # reads all five
@@ -302,8 +313,7 @@ async def test_a_failed_shared_read_trusts_only_the_keys_confirmed_lately(
     await ask_all(auth, [recent])  # confirmed 3 s after `old`
     clock.now += 0.5
     await ask_all(auth, [recent])  # in use: read with the next stale key
-    async with sqlite_file.begin() as conn:
-        await conn.exec_driver_sql("ALTER TABLE api_keys RENAME TO api_keys_gone")
+    await gone(sqlite_file)
     clock.now += 2  # `old` confirmed 5.5 s ago, `recent` 2.5 s ago
     with key_queries(sqlite_file) as queries:
         with pytest.raises(KeyStoreUnavailable):
@@ -359,19 +369,12 @@ async def test_a_revocation_seen_by_a_read_ahead_refuses_the_key_at_once(
     sqlite_file: AsyncEngine,
 ) -> None:
     store, secrets, clock, auth = await keys_in_use(sqlite_file, 3)
-    revoked = await auth.authenticate(header(secrets[1]))
-    assert revoked is not None
-    await store.revoke(revoked.id)  # another replica's doing
+    await revoke_elsewhere(store, auth, secrets[1])
     clock.now += 0.3
     await ask_all(auth, secrets[:1])  # starts the read of all three
     await read_finished(auth)
     assert await refused(auth, secrets[1])
     await ask_all(auth, [secrets[0], secrets[2]])
-
-
-async def gone(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await conn.exec_driver_sql("ALTER TABLE api_keys RENAME TO api_keys_gone")
 
 
 async def test_a_failed_read_ahead_is_not_repeated_before_the_records_expire(

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.tenancy.usage_last_use import TOUCH_EVERY_S
 from app.tenancy.usage_spool import UsageSpool
-from app.tenancy.usage_writer import RETRY_S, TOUCH_EVERY_S, UsageWriter
+from app.tenancy.usage_writer import RETRY_S, UsageWriter
 from tests.unit.app.tenancy.helpers import refusal_counts, usage_rows
 from tests.unit.app.tenancy.test_usage_bounded import record
 
