@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -95,9 +96,15 @@ async def flood(
         admitted[index] += 1
         limiters[index].settle(reservation, 1)
 
+    # Which replica's clients ask first changes at random each wave, as it does between
+    # real servers: in a fixed order (or one that turns with a period), the first to ask
+    # when a unit comes back is always the same replica.
+    order = random.Random(len(limiters))
+    clients = [i for i in range(len(limiters)) for _ in range(CLIENTS)]
     end = clock.now + seconds
     while clock.now < end:
-        await asyncio.gather(*(client(i) for i in range(len(limiters)) for _ in range(CLIENTS)))
+        order.shuffle(clients)
+        await asyncio.gather(*(client(i) for i in clients))
         clock.now += STEP_S
     return admitted
 
