@@ -10,7 +10,6 @@ the other routes get what they need by dependency injection."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -24,6 +23,7 @@ from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 
+from app import collector
 from app.error_handlers import exception_handlers
 from app.loop_lag import LoopLagMonitor
 from app.observability import context, logs
@@ -114,7 +114,10 @@ def create_app(
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
-        starter = asyncio.create_task(_start_engine(host))  # loads what has not loaded
+        # Loads what has not loaded. The process holds each model's running requests
+        # and the queue's.
+        held = settings.max_concurrent * len(models.models) + settings.max_queued
+        starter = asyncio.create_task(_start_engine(host, held))
         watcher = (
             asyncio.create_task(_exit_when_engine_dies(host)) if exit_on_engine_death else None
         )
@@ -130,9 +133,7 @@ def create_app(
         finally:
             if handle_sigterm:  # a server process, which exits after this close
                 dump_stacks_if_stop_stalls()
-            # Shutting down collects as Python does: what closes the engine's sockets
-            # and processes may wait on objects only a collection frees.
-            gc.set_threshold(*PYTHON_GC_THRESHOLD)
+            collector.restore()
             if not starter.done():
                 starter.cancel()
             lag_sampler.cancel()
@@ -283,14 +284,6 @@ def _drain_on_sigterm(admission: AdmissionController) -> None:
 ENGINE_WATCH_INTERVAL_S = 1.0
 ENGINE_DEATH_LINGER_S = 2.0
 ENGINE_DEAD_EXIT_CODE = 4
-# The collector's youngest generation is collected every this many allocations (net of
-# frees) instead of Python's 700. The requests in flight keep a few thousand objects
-# alive at any moment, and a young collection walks them all each time to find nothing
-# (their objects are freed by reference counting): at 700 that walk was 5-8% of the
-# process's CPU at 64 concurrent requests; at 10,000 it runs once or twice in 2,560
-# requests (docs/frontend.md, "Keys on, side by side").
-YOUNG_COLLECTION_EVERY = 10_000
-PYTHON_GC_THRESHOLD = gc.get_threshold()  # what the interpreter started with
 
 
 async def _exit_when_engine_dies(engine: ModelHost) -> None:
@@ -308,18 +301,14 @@ async def _exit_when_engine_dies(engine: ModelHost) -> None:
     os._exit(ENGINE_DEAD_EXIT_CODE)
 
 
-async def _start_engine(host: PoolHost) -> None:
+async def _start_engine(host: PoolHost, requests_held: int) -> None:
+    """Load the models; then settle the collector for serving (app.collector), for a
+    process that holds at most `requests_held` requests at once."""
     try:
         await host.start()
         names = [name for model in host.pool.models for name in model.model.served_names]
         log.info("engine ready: serving %s", ", ".join(names))
-        # What start-up built (modules, the engine, the tokenizer) lives as long as the
-        # server: out of the collector's reach, a full collection (triggered by any
-        # request that allocates much, on whichever thread) scans only what requests
-        # made, and no longer holds the GIL and the event loop for tens of milliseconds.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(YOUNG_COLLECTION_EVERY)
+        collector.settle_for_serving(requests_held)
     except Exception as exc:
         # A server that cannot load its model must not linger half-alive. The cause in
         # one line (vLLM wraps it: the innermost error says what went wrong); the

@@ -43,7 +43,13 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
     finally:
         watcher.cancel()
     if task.done():
-        return task.result()
+        try:
+            return task.result()
+        finally:
+            # An error raised here holds this frame in its traceback, and the task holds
+            # the error: without this, each failed request (and its body) would live on
+            # in a reference cycle until the garbage collector's next pass.
+            del task, watcher
     task.cancel()
     try:
         result = await task

@@ -10,6 +10,8 @@ or not: that ends the request's engine work and settles its usage on every path.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from litestar.response import Stream
@@ -21,6 +23,29 @@ from litestar.types import Receive, Scope, Send
 class _ClosingStreamingResponse(ASGIStreamingResponse):
     __slots__ = ()
 
+    async def send_body(self, send: Send, receive: Receive) -> None:
+        """The body's frames, until they end or the client leaves."""
+        streaming = asyncio.ensure_future(self._stream(send))
+        listening = asyncio.ensure_future(_disconnect(receive))
+        try:
+            try:
+                await asyncio.wait((streaming, listening), return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                streaming.cancel()
+                raise
+            finally:
+                listening.cancel()
+            if streaming.done():
+                streaming.result()  # the error sending it met, if any
+                return
+            streaming.cancel()  # the client left
+            with contextlib.suppress(asyncio.CancelledError):
+                await streaming
+        finally:
+            # An error raised here holds this frame in its traceback, and each task holds
+            # its own error: without the tasks, no cycle keeps them alive.
+            del streaming, listening
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
@@ -28,6 +53,11 @@ class _ClosingStreamingResponse(ASGIStreamingResponse):
             close = getattr(self.iterator, "aclose", None)
             if close is not None:
                 await close()
+
+
+async def _disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class EventStream(Stream):
