@@ -38,9 +38,10 @@ class _ClosingStreamingResponse(ASGIStreamingResponse):
             if streaming.done():
                 streaming.result()  # the error sending it met, if any
                 return
-            streaming.cancel()  # the client left
+            streaming.cancel()  # the client left, or reading its messages failed
             with contextlib.suppress(asyncio.CancelledError):
                 await streaming
+            listening.result()  # that failure, if any, as Litestar's group would raise it
         finally:
             # An error raised here holds this frame in its traceback, and each task holds
             # its own error: without the tasks, no cycle keeps them alive.
