@@ -33,14 +33,26 @@ async def _disconnect(request: Request) -> None:
 async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
     """`work`'s result; cancels it and raises ClientDisconnected if the client leaves
     first."""
+    loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnect(request))
+    watcher = loop.create_task(_disconnect(request))
+    # One future that whichever task ends first resolves: what `asyncio.wait` does, with
+    # none of its sets and bookkeeping (a third of this race's cost, on every request).
+    first = loop.create_future()
+
+    def wake(_: object) -> None:
+        if not first.done():
+            first.set_result(None)
+
+    task.add_done_callback(wake)
+    watcher.add_done_callback(wake)
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        await first
     except BaseException:
         task.cancel()
         raise
     finally:
+        watcher.remove_done_callback(wake)
         watcher.cancel()
     if task.done():
         try:
@@ -49,7 +61,7 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
             # An error raised here holds this frame in its traceback, and the task holds
             # the error: without this, each failed request (and its body) would live on
             # in a reference cycle until the garbage collector's next pass.
-            del task, watcher
+            del task, watcher, first, wake
     task.cancel()
     try:
         result = await task

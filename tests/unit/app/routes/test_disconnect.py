@@ -53,3 +53,74 @@ async def test_cancelled_work_is_not_awaited_further() -> None:
     with pytest.raises(ClientDisconnected):
         await until_disconnected(gone_request(), work())
     assert started.is_set()
+
+
+def staying_request() -> tuple[Request, asyncio.Event]:
+    """A request whose client stays until `leave` is set."""
+    leave = asyncio.Event()
+
+    async def receive() -> dict[str, str]:
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+    return Request(scope, receive), leave  # type: ignore[arg-type]
+
+
+async def test_the_works_result_and_error_come_back_while_the_client_stays() -> None:
+    request, _ = staying_request()
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    async def fail() -> int:
+        await asyncio.sleep(0)
+        raise ValueError("bad request")
+
+    assert await until_disconnected(request, answer()) == 42
+    with pytest.raises(ValueError, match="bad request"):
+        await until_disconnected(request, fail())
+    await asyncio.sleep(0)
+    watchers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert watchers == []  # each race's disconnect watcher is gone with it
+
+
+async def test_a_client_that_leaves_mid_work_cancels_it() -> None:
+    request, leave = staying_request()
+    ended: list[str] = []
+
+    async def work() -> int:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        return 1
+
+    asyncio.get_running_loop().call_later(0.01, leave.set)
+    with pytest.raises(ClientDisconnected):
+        await until_disconnected(request, work())
+    assert ended == ["cancelled"]
+
+
+async def test_cancelling_the_race_cancels_the_work() -> None:
+    request, _ = staying_request()
+    ended: list[str] = []
+
+    async def work() -> int:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        return 1
+
+    race = asyncio.ensure_future(until_disconnected(request, work()))
+    await asyncio.sleep(0.01)
+    race.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await race
+    await asyncio.sleep(0)
+    assert ended == ["cancelled"]
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
