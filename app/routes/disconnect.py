@@ -12,47 +12,53 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from litestar import Request
+from litestar.types import Receive
 
 from app.errors import ClientDisconnected
 
 T = TypeVar("T")
 
 
-async def _disconnect(request: Request) -> None:
-    # The body was read in full before the work started: the next message the server
-    # sends on this channel is `http.disconnect`.
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+async def disconnected(receive: Receive) -> None:
+    """Until the client's `http.disconnect` (read from the ASGI `receive`). The body was
+    read in full before: the next message the server sends on this channel is that."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
-async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """`work`'s result; cancels it and raises ClientDisconnected if the client leaves
-    first."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(work)
-    watcher = loop.create_task(_disconnect(request))
-    # One future that whichever task ends first resolves: what `asyncio.wait` does, with
-    # none of its sets and bookkeeping (a third of this race's cost, on every request).
-    first = loop.create_future()
+async def first_done(*tasks: asyncio.Future[Any]) -> None:
+    """Until the first of `tasks` is done: `asyncio.wait(FIRST_COMPLETED)` with one
+    future that whichever ends first resolves, none of its sets and bookkeeping (a third
+    of a request's race against its client's disconnect)."""
+    first = asyncio.get_running_loop().create_future()
 
     def wake(_: object) -> None:
         if not first.done():
             first.set_result(None)
 
-    task.add_done_callback(wake)
-    watcher.add_done_callback(wake)
+    for task in tasks:
+        task.add_done_callback(wake)
     try:
         await first
+    finally:
+        for task in tasks:
+            task.remove_done_callback(wake)
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result; cancels it and raises ClientDisconnected if the client leaves
+    first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.get_running_loop().create_task(disconnected(request.receive))
+    try:
+        await first_done(task, watcher)
     except BaseException:
         task.cancel()
         raise
     finally:
-        watcher.remove_done_callback(wake)
         watcher.cancel()
     if task.done():
         try:
@@ -61,7 +67,7 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
             # An error raised here holds this frame in its traceback, and the task holds
             # the error: without this, each failed request (and its body) would live on
             # in a reference cycle until the garbage collector's next pass.
-            del task, watcher, first, wake
+            del task, watcher
     task.cancel()
     try:
         result = await task

@@ -19,17 +19,20 @@ from litestar.response.base import ASGIResponse
 from litestar.response.streaming import ASGIStreamingResponse
 from litestar.types import Receive, Scope, Send
 
+from app.routes.disconnect import disconnected, first_done
+
 
 class _ClosingStreamingResponse(ASGIStreamingResponse):
     __slots__ = ()
 
     async def send_body(self, send: Send, receive: Receive) -> None:
         """The body's frames, until they end or the client leaves."""
-        streaming = asyncio.ensure_future(self._stream(send))
-        listening = asyncio.ensure_future(_disconnect(receive))
+        loop = asyncio.get_running_loop()
+        streaming = loop.create_task(self._stream(send))
+        listening = loop.create_task(disconnected(receive))
         try:
             try:
-                await asyncio.wait((streaming, listening), return_when=asyncio.FIRST_COMPLETED)
+                await first_done(streaming, listening)
             except BaseException:
                 streaming.cancel()
                 raise
@@ -54,11 +57,6 @@ class _ClosingStreamingResponse(ASGIStreamingResponse):
             close = getattr(self.iterator, "aclose", None)
             if close is not None:
                 await close()
-
-
-async def _disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 class EventStream(Stream):

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import pytest
 from litestar import Request
 
 from app.errors import ClientDisconnected
-from app.routes.disconnect import until_disconnected
+from app.routes.disconnect import first_done, until_disconnected
 
 
 class Body:
@@ -20,12 +21,16 @@ class Body:
         self.closed = True
 
 
+def request_of(receive: Callable[[], Awaitable[dict[str, str]]]) -> Request:
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+    return Request(scope, receive)  # type: ignore[arg-type]
+
+
 def gone_request() -> Request:
     async def receive() -> dict[str, str]:
         return {"type": "http.disconnect"}
 
-    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
-    return Request(scope, receive)  # type: ignore[arg-type]
+    return request_of(receive)
 
 
 async def test_work_that_outlives_the_cancel_has_its_stream_closed() -> None:
@@ -63,8 +68,17 @@ def staying_request() -> tuple[Request, asyncio.Event]:
         await leave.wait()
         return {"type": "http.disconnect"}
 
-    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
-    return Request(scope, receive), leave  # type: ignore[arg-type]
+    return request_of(receive), leave
+
+
+async def long_work(ended: list[str]) -> int:
+    """Ten seconds of work that notes its cancellation in `ended`."""
+    try:
+        await asyncio.sleep(10)
+    except asyncio.CancelledError:
+        ended.append("cancelled")
+        raise
+    return 1
 
 
 async def test_the_works_result_and_error_come_back_while_the_client_stays() -> None:
@@ -90,17 +104,9 @@ async def test_a_client_that_leaves_mid_work_cancels_it() -> None:
     request, leave = staying_request()
     ended: list[str] = []
 
-    async def work() -> int:
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            ended.append("cancelled")
-            raise
-        return 1
-
     asyncio.get_running_loop().call_later(0.01, leave.set)
     with pytest.raises(ClientDisconnected):
-        await until_disconnected(request, work())
+        await until_disconnected(request, long_work(ended))
     assert ended == ["cancelled"]
 
 
@@ -108,15 +114,7 @@ async def test_cancelling_the_race_cancels_the_work() -> None:
     request, _ = staying_request()
     ended: list[str] = []
 
-    async def work() -> int:
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            ended.append("cancelled")
-            raise
-        return 1
-
-    race = asyncio.ensure_future(until_disconnected(request, work()))
+    race = asyncio.ensure_future(until_disconnected(request, long_work(ended)))
     await asyncio.sleep(0.01)
     race.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -124,3 +122,18 @@ async def test_cancelling_the_race_cancels_the_work() -> None:
     await asyncio.sleep(0)
     assert ended == ["cancelled"]
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+
+async def test_first_done_returns_at_the_first_and_touches_none() -> None:
+    quick = asyncio.ensure_future(asyncio.sleep(0.01, result="quick"))
+    slow = asyncio.ensure_future(asyncio.sleep(10))
+    await first_done(quick, slow)
+    assert quick.result() == "quick"
+    assert not slow.done()  # the others run on: ending them is the caller's to do
+    waiting = asyncio.ensure_future(first_done(slow))
+    await asyncio.sleep(0)
+    waiting.cancel()  # a cancelled wait leaves the task it waited on running
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not slow.done()
+    slow.cancel()
