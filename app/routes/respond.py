@@ -66,7 +66,9 @@ async def respond(
         # The path from the scope: `request.url` would parse a whole URL per request.
         scope = request.scope
         path = scope.get("root_path", "") + scope["path"]
-        meter = await tenancy.begin(key, path, body.model, body.n, reserve, slots)
+        meter = tenancy.begin_now(key, path, body.model, body.n, reserve, slots)
+        if meter is None:  # the key's limits wait for a round with the other replicas
+            meter = await tenancy.begin(key, path, body.model, body.n, reserve, slots)
         # The key's limits as this admission left them go on the response's headers.
         if meter.reservation is not None:
             scope[SCOPE_LIMIT_HEADERS] = meter.reservation.headers  # type: ignore[literal-required]  # ASGI scope is a TypedDict

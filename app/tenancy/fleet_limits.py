@@ -111,21 +111,38 @@ class FleetLimiter:
             refill_alone(state, self.replicas, now)
         return state, now
 
-    async def acquire(
+    def admit_now(
         self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
-    ) -> Reservation:
+    ) -> Reservation | None:
+        """Admitted from this replica's slices, or refused (`RateLimited`); None when
+        a round with the other replicas may still cover the request (`acquire` waits
+        for it)."""
         _refuse_impossible(limits, tokens, slots)
         if limits.rpm is None and limits.tpm is None and limits.max_concurrent is None:
             return Reservation(key_id, tokens, slots)  # nothing to count, nothing to share
-        for attempt in range(2):
-            state, now = self._touch(key_id, limits)
-            refusal = self._shortfall(state, tokens, slots, now)
-            if refusal is None:
-                return self._take(state, key_id, tokens, slots)
-            if self.alone or attempt or refusal.retry_after_s > 0:
-                raise _with_retry(refusal)
-            await self._await_round()
-        raise AssertionError("unreachable")
+        return self._attempt(key_id, limits, tokens, slots, last=False)
+
+    async def acquire(
+        self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
+    ) -> Reservation:
+        reservation = self.admit_now(key_id, limits, tokens, slots)
+        if reservation is not None:
+            return reservation
+        await self._await_round()
+        reservation = self._attempt(key_id, limits, tokens, slots, last=True)
+        assert reservation is not None  # the last attempt admits or raises
+        return reservation
+
+    def _attempt(
+        self, key_id: str, limits: KeyLimits, tokens: int, slots: int, last: bool
+    ) -> Reservation | None:
+        state, now = self._touch(key_id, limits)
+        refusal = self._shortfall(state, tokens, slots, now)
+        if refusal is None:
+            return self._take(state, key_id, tokens, slots)
+        if self.alone or last or refusal.retry_after_s > 0:
+            raise _with_retry(refusal)
+        return None
 
     async def acquire_request(self, key_id: str, limits: KeyLimits) -> None:
         if limits.rpm == 0:

@@ -112,7 +112,13 @@ def give_back_slots(keys: Mapping[str, S], reservation: Reservation) -> S | None
 
 
 class RateLimiter(Protocol):
-    """What tenancy asks of a limiter: this process's (`Limiter`) or the fleet's."""
+    """What tenancy asks of a limiter: this process's (`Limiter`) or the fleet's.
+    `admit_now` answers without waiting (a plain call on every metered request), or
+    None when only `acquire`, which may wait for the other replicas, can."""
+
+    def admit_now(
+        self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
+    ) -> Reservation | None: ...
 
     async def acquire(
         self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
@@ -130,7 +136,15 @@ class RateLimiter(Protocol):
 
 
 class KeyState:
-    __slots__ = ("buckets", "in_flight", "limits", "requests", "tokens")
+    __slots__ = (
+        "_headers",
+        "_headers_levels",
+        "buckets",
+        "in_flight",
+        "limits",
+        "requests",
+        "tokens",
+    )
 
     def __init__(self, limits: KeyLimits, now: float) -> None:
         self.limits = limits
@@ -138,11 +152,27 @@ class KeyState:
         self.tokens = Bucket(limits.tpm, now, _TOKENS) if limits.tpm is not None else None
         self.buckets = tuple(b for b in (self.requests, self.tokens) if b is not None)
         self.in_flight = 0
+        # The last headers made, and the buckets' levels they were made from.
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._headers_levels: tuple[float | None, float | None] = (None, None)
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """Each bucket's limit, remaining and reset (until full again) headers, as of the
-        buckets' last refill. One loop, no call per bucket: it runs on every keyed
-        request."""
+        buckets' last refill. A key under its limits finds its buckets full at each
+        request, so it sends the same headers each time: the last list is given again
+        while the levels are the ones it was made from (callers never change it)."""
+        requests, tokens = self.requests, self.tokens
+        levels = (
+            None if requests is None else requests.level,
+            None if tokens is None else tokens.level,
+        )
+        if levels == self._headers_levels:
+            return self._headers
+        self._headers = headers = self._made_headers()
+        self._headers_levels = levels
+        return headers
+
+    def _made_headers(self) -> list[tuple[bytes, bytes]]:
         out: list[tuple[bytes, bytes]] = []
         for bucket in self.buckets:
             level, rate = bucket.level, bucket.rate
@@ -199,6 +229,9 @@ class Limiter:
         # The response's headers now, from the buckets just refilled: as OpenAI's, the
         # limits as they stood when the request was accepted (this request counted).
         return Reservation(key_id, tokens, slots, headers=state.headers())
+
+    def admit_now(self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1) -> Reservation:
+        return self.admit(key_id, limits, tokens, slots)
 
     async def acquire(
         self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1

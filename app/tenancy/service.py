@@ -330,6 +330,27 @@ class Tenancy:
             record.model = model
         raise ModelNotHere(model)
 
+    def begin_now(
+        self,
+        key: KeyRecord,
+        endpoint: str,
+        model: str,
+        n: int,
+        reserve_tokens: int,
+        slots: int = 1,
+    ) -> RequestMeter | None:
+        """`begin` without waiting, as most requests can (a plain call, no coroutine);
+        None when the key's limits need a round with the other replicas first: then
+        `await begin(...)`."""
+        self._check_model(key, model)
+        try:
+            reservation = self.limiter.admit_now(key.id, key.limits, reserve_tokens, slots)
+        except RateLimited as exc:
+            raise self._refused(key, exc) from exc
+        if reservation is None:
+            return None
+        return self._metered(key, endpoint, model, n, reservation)
+
     async def begin(
         self,
         key: KeyRecord,
@@ -342,17 +363,30 @@ class Tenancy:
         """Check the key may use `model` and is within its limits (`slots`: the
         request's prompts, each a concurrent request); the meter of the request. Raises
         the API errors a client gets (404, 429)."""
+        self._check_model(key, model)
+        try:
+            reservation = await self.limiter.acquire(key.id, key.limits, reserve_tokens, slots)
+        except RateLimited as exc:
+            raise self._refused(key, exc) from exc
+        return self._metered(key, endpoint, model, n, reservation)
+
+    def _check_model(self, key: KeyRecord, model: str) -> None:
         if not key.limits.allows_model(model):
             if self.writer is not None:
                 self.writer.refuse(key.id, "model_not_found", time.time())
             raise ModelNotFound(model)
+
+    def _refused(self, key: KeyRecord, exc: RateLimited) -> TooManyRequests:
+        """The 429 of a request over its key's limits, counted (per key, minute and
+        reason; not a usage row)."""
+        if self.writer is not None:
+            self.writer.refuse(key.id, refusal_reason(exc), time.time())
+        return TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded")
+
+    def _metered(
+        self, key: KeyRecord, endpoint: str, model: str, n: int, reservation: Reservation
+    ) -> RequestMeter:
         meter = RequestMeter(self, key, endpoint, model, n)
-        try:
-            reservation = await self.limiter.acquire(key.id, key.limits, reserve_tokens, slots)
-        except RateLimited as exc:
-            if self.writer is not None:  # a count per key, minute and reason; not a row
-                self.writer.refuse(key.id, refusal_reason(exc), meter.wall_start)
-            raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
         meter.reservation = reservation
         if self.writer is not None:  # its row will come: a group commit may wait for it
             self.writer.window.opened()

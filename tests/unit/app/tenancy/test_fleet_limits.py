@@ -303,3 +303,17 @@ async def test_close_ends_the_rounds_when_it_comes_as_a_round_is_woken(
         assert limiter._task is None
     finally:
         await engine.dispose()
+
+
+async def test_admission_waits_for_a_round_only_when_the_slices_fall_short(
+    database_url: str, clock: FakeClock
+) -> None:
+    async for limiters, _ in fleet(database_url, 2, clock):
+        limits = KeyLimits(rpm=600)
+        # A key new to the fleet holds no slice yet: only a round can admit it.
+        assert limiters[0].admit_now("k", limits, 10) is None
+        reservation = await limiters[0].acquire("k", limits, 10)
+        assert reservation.key_id == "k"
+        # The slice that round gave this replica covers the next request here and now.
+        again = limiters[0].admit_now("k", limits, 10)
+        assert again is not None and again.key_id == "k"

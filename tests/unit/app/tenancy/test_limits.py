@@ -133,3 +133,27 @@ def test_the_rate_limit_headers_as_the_buckets_stand() -> None:
         b"x-ratelimit-reset-requests",
     }
     assert limiter.headers("none", KeyLimits(rpm=None, tpm=None)) == []
+
+
+def test_a_key_under_its_limits_gets_the_same_headers_until_a_level_changes() -> None:
+    clock = Clock()
+    limiter = Limiter(clock)
+    limits = KeyLimits(rpm=60, tpm=1000)
+    first = limiter.admit("k", limits, 100)
+    limiter.settle(first, 100)
+    clock.now += 60  # both buckets full again: the next request leaves the same levels
+    second = limiter.admit("k", limits, 100)
+    assert second.headers is first.headers
+    assert second.headers == [
+        (b"x-ratelimit-limit-requests", b"60"),
+        (b"x-ratelimit-remaining-requests", b"59"),
+        (b"x-ratelimit-reset-requests", b"1s"),
+        (b"x-ratelimit-limit-tokens", b"1000"),
+        (b"x-ratelimit-remaining-tokens", b"900"),
+        (b"x-ratelimit-reset-tokens", b"6s"),
+    ]
+    third = limiter.admit("k", limits, 100)  # one request and 100 tokens further down
+    assert third.headers is not first.headers
+    assert dict(third.headers or [])[b"x-ratelimit-remaining-requests"] == b"58"
+    assert dict(third.headers or [])[b"x-ratelimit-remaining-tokens"] == b"800"
+    assert first.headers == second.headers  # the list given out earlier is left as it was
