@@ -343,13 +343,14 @@ class Tenancy:
         None when the key's limits need a round with the other replicas first: then
         `await begin(...)`."""
         self._check_model(key, model)
+        meter = RequestMeter(self, key, endpoint, model, n)
         try:
             reservation = self.limiter.admit_now(key.id, key.limits, reserve_tokens, slots)
         except RateLimited as exc:
             raise self._refused(key, exc) from exc
         if reservation is None:
             return None
-        return self._metered(key, endpoint, model, n, reservation)
+        return self._admitted(meter, reservation)
 
     async def begin(
         self,
@@ -364,11 +365,12 @@ class Tenancy:
         request's prompts, each a concurrent request); the meter of the request. Raises
         the API errors a client gets (404, 429)."""
         self._check_model(key, model)
+        meter = RequestMeter(self, key, endpoint, model, n)  # its time counts the wait
         try:
             reservation = await self.limiter.acquire(key.id, key.limits, reserve_tokens, slots)
         except RateLimited as exc:
             raise self._refused(key, exc) from exc
-        return self._metered(key, endpoint, model, n, reservation)
+        return self._admitted(meter, reservation)
 
     def _check_model(self, key: KeyRecord, model: str) -> None:
         if not key.limits.allows_model(model):
@@ -383,10 +385,7 @@ class Tenancy:
             self.writer.refuse(key.id, refusal_reason(exc), time.time())
         return TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded")
 
-    def _metered(
-        self, key: KeyRecord, endpoint: str, model: str, n: int, reservation: Reservation
-    ) -> RequestMeter:
-        meter = RequestMeter(self, key, endpoint, model, n)
+    def _admitted(self, meter: RequestMeter, reservation: Reservation) -> RequestMeter:
         meter.reservation = reservation
         if self.writer is not None:  # its row will come: a group commit may wait for it
             self.writer.window.opened()

@@ -4,6 +4,7 @@ engine's prompt and output counts, and the cached and reasoning tokens of its `u
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import msgspec
@@ -11,7 +12,8 @@ import msgspec
 from app.schemas.chat import ChatCompletionRequest
 from app.services.chat_generation import ChatGeneration
 from app.tenancy.auth import Authenticator
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys import KeyLimits, KeyRecord
+from app.tenancy.limits import Limiter, Reservation
 from app.tenancy.service import RequestMeter, Tenancy
 from engine.protocol import ChoiceDelta, GenerateOutput
 
@@ -66,3 +68,33 @@ def test_a_request_gone_before_its_generation_gets_an_id_made_in_time_order() ->
     assert all(len(made) == 32 and int(made, 16) >= 0 for made in ids)
     assert ids[0] != ids[1] and ids[0][:12] <= ids[1][:12]
     assert abs(int(ids[0][:12], 16) - time.time() * 1000) < 60_000
+
+
+class _RoundLimiter(Limiter):
+    """A limiter that, like the fleet's when its slices fall short, answers only after
+    a round (here 50 ms)."""
+
+    def admit_now(self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1) -> None:  # type: ignore[override]  # never answers at once
+        return None
+
+    async def acquire(
+        self, key_id: str, limits: KeyLimits, tokens: int, slots: int = 1
+    ) -> Reservation:
+        await asyncio.sleep(0.05)
+        return self.admit(key_id, limits, tokens, slots)
+
+
+async def test_a_request_admitted_at_once_or_after_a_round_is_metered_from_its_start() -> None:
+    key = KeyRecord(id="key_meter", name="meter", created_at=0.0)
+    here = Tenancy(Authenticator())
+    before = time.monotonic()
+    meter = here.begin_now(key, "/v1/completions", "m", 1, 10)
+    assert meter is not None and meter.reservation is not None
+    assert before <= meter.started <= time.monotonic()
+
+    fleet = Tenancy(Authenticator(), limiter=_RoundLimiter())
+    assert fleet.begin_now(key, "/v1/completions", "m", 1, 10) is None
+    before = time.monotonic()
+    waited = await fleet.begin(key, "/v1/completions", "m", 1, 10)
+    assert waited.reservation is not None
+    assert waited.started - before < 0.04  # the round's wait is part of its time
