@@ -24,7 +24,13 @@ from app.storage.response_events import EventStore
 from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
 from tests.client import provided
-from tests.unit.app.deferred.test_batches_http import chat_line, create, runner_of, upload
+from tests.unit.app.deferred.test_batches_http import (
+    chat_line,
+    create,
+    runner_of,
+    upload,
+    validated,
+)
 from tests.unit.app.tenancy.helpers import bearer, keyed_app, new_key
 
 URL = "/v1/responses"
@@ -445,6 +451,7 @@ async def test_an_interactive_request_cuts_a_batch_line_before_a_background_resp
         while admission.deferred_running() < 1:
             await asyncio.sleep(0.01)
         await create(http, secret, await upload(http, key_id, [chat_line("b", max_tokens=200)]))
+        await validated(runner)
         runner.wake()
         await runner.step()
         kinds = sorted(r.job.kind for r in runner.running.values())

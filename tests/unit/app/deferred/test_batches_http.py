@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import DeferredRunner
+from app.services.batch_jobs import KIND
 from app.storage.files import FileStore
 from app.tenancy.report import summarize
 from app.tenancy.schema import usage
@@ -82,10 +83,18 @@ async def until(
 
 
 async def validated(runner: DeferredRunner) -> None:
-    """One tick that validates the batches created, starting none of their lines."""
+    """Ticks that validate the batches created, starting none of their lines: until none
+    is left validating (a tick waits only so long for a validation, and a busy machine
+    can take longer)."""
     concurrency, runner.concurrency = runner.concurrency, 0
-    await runner.step()
-    runner.concurrency = concurrency
+    try:
+        await until(runner, lambda: _none_validating(runner))
+    finally:
+        runner.concurrency = concurrency
+
+
+async def _none_validating(runner: DeferredRunner) -> bool:
+    return not await runner.store.active(KIND, ("validating",))
 
 
 async def status_of(http: httpx.AsyncClient, secret: str, batch_id: str) -> dict[str, Any]:
@@ -329,6 +338,7 @@ async def test_keys_share_spare_capacity_fairly(database: AsyncEngine, tmp_path:
             key_id, secret = await new_key(tenancy)
             lines = [chat_line(f"r{i}", max_tokens=50) for i in range(3)]
             batches.append(await create(http, secret, await upload(http, key_id, lines)))
+        await validated(runner)  # both keys' lines are waiting before the slots are given
         # Key one made two batches first: still, the two slots go one to each key.
         extra_key = batches[0]
         await runner.step()
