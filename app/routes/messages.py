@@ -13,7 +13,7 @@ from typing import Any
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from app.errors import InvalidRequest, ModelNotFound
+from app.errors import InvalidRequest
 from app.request_body import read_json
 from app.routes.deps import MessagesDep, ModelsDep
 from app.routes.respond import respond
@@ -50,11 +50,16 @@ async def create_message(request: Request, messages: MessagesDep) -> Response[by
 @post("/v1/messages/count_tokens", status_code=200)
 async def count_message_tokens(request: Request, models: ModelsDep) -> CountTokensResponse:
     """The prompt's tokens as the model's template renders the messages; tools count as
-    the tokens of their JSON definitions (templates render them in their own words)."""
+    the tokens of their JSON definitions (templates render them in their own words).
+    With keys, each call takes one of the key's requests per minute, as /tokenize does."""
     body = await read_json(request, count_tokens_request_decoder)
     key = request_key(request)
-    if key is not None and not key.limits.allows_model(body.model):
-        raise ModelNotFound(body.model)
+    tenancy = request_tenancy(request)
+    tenancy.refuse_if_elsewhere(key, body.model)  # served by another replica: 429 now
+    if key is not None:
+        # One of the key's requests per minute (429 past it), and no usage row: Anthropic
+        # does not charge for counting.
+        await tenancy.admit_unmetered(key, body.model)
     model = resolve_model(models, body.model)
     check_tools(body)
     converted = chat_messages(body)

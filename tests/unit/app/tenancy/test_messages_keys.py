@@ -61,3 +61,36 @@ async def test_a_model_the_key_may_not_use(database: AsyncEngine, tmp_path: Path
         revoked = await http.post(URL, json=message(), headers={"x-api-key": "sk-wrong"})
         assert revoked.status_code == 401
         assert revoked.json()["error"]["type"] == "authentication_error"
+
+
+async def test_count_tokens_takes_a_request_of_the_rate(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """Each count is one of the key's requests per minute, refused past it as generation
+    is (429, `Retry-After`, the x-ratelimit-* headers), and writes no usage row."""
+    async with keyed_app(database, tmp_path / "spool") as (http, tenancy):
+        _, secret = await new_key(tenancy, rpm=5)
+        headers = {"x-api-key": secret, "anthropic-version": "2023-06-01"}
+        counted = [
+            await http.post(URL + "/count_tokens", json=message(), headers=headers)
+            for _ in range(5)
+        ]
+        assert [r.status_code for r in counted] == [200] * 5
+        assert [r.headers["x-ratelimit-remaining-requests"] for r in counted] == [
+            "4",
+            "3",
+            "2",
+            "1",
+            "0",
+        ]
+        refused = await http.post(URL + "/count_tokens", json=message(), headers=headers)
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        assert refused.headers["x-ratelimit-limit-requests"] == "5"
+        assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+        assert "x-ratelimit-reset-requests" in refused.headers
+        # The counts and generation share the key's one rate.
+        generation = await http.post(URL, json=message(), headers=headers)
+        assert generation.status_code == 429
+        await tenancy.writer.close()  # type: ignore[union-attr]
+        assert await usage_rows(database) == []
