@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.deferred.records import ANSWERED, PENDING, RUNNING, Line, LineCounts, _held
+from app.deferred.records import ANSWERED, PENDING, RUNNING, UNFINISHED, Line, LineCounts, _held
 from app.deferred.schema import deferred_lines
 from app.storage.database import TenantDatabase
 from app.tenancy.schema import usage
@@ -165,17 +165,34 @@ class LineLeases:
                 await conn.execute(insert(usage).values(**_row(record)))
         return True
 
-    async def close_pending(self, job_id: str, to: str) -> int:
-        """End the job's pending lines (`expired`, `cancelled`); running ones go on."""
+    async def close_pending(self, job_id: str, to: str, running: bool = False) -> int:
+        """End the job's pending lines (`expired`, `cancelled`); running ones go on, unless
+        `running`: then they end too, on whichever replica runs them (its answer is
+        refused, and it stops them when it next looks at what it holds: `held`)."""
         lines = deferred_lines.c
+        states = UNFINISHED if running else (PENDING,)
         engine = await self._engine()
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
-                .where(lines.job_id == job_id, lines.state == PENDING)
-                .values(state=to, finished_at=self.clock())
+                .where(lines.job_id == job_id, lines.state.in_(states))
+                .values(state=to, lease_owner=None, lease_until=None, finished_at=self.clock())
             )
         return int(changed.rowcount)
+
+    async def held(self, replica: str, running: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Of the lines this replica runs, those still running under its lease (a line
+        closed meanwhile, or taken by another replica, is left out)."""
+        if not running:
+            return set()
+        lines = deferred_lines.c
+        statement = select(lines.job_id, lines.seq).where(
+            or_(*(_held(job_id, seq, replica) for job_id, seq in running))
+        )
+        engine = await self._engine()
+        async with engine.connect() as conn:
+            rows = (await conn.execute(statement)).all()
+        return {(job_id, seq) for job_id, seq in rows}
 
     async def finished_lines(
         self, job_id: str, chunk: int = 500

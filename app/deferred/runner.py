@@ -25,7 +25,9 @@ Each model has its own engine and admission, so the cuts are per
 model: an interactive request for one model cuts only the lines on that model (a line
 on another frees nothing that request waits for), and a line whose model is not known
 counts as on every model. A cut line is pending again, runs later, and is billed only
-when answered."""
+when answered. At each look at the jobs a replica also stops the lines it runs that are
+no longer its own: closed meanwhile (a revoked key's batch ends at once) or taken by
+another replica."""
 
 from __future__ import annotations
 
@@ -93,6 +95,7 @@ class DeferredRunner:
         self._task: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Task[None]] = set()
         self._to_release: list[tuple[str, int]] = []  # lines cut, not yet pending again
+        self._taken: set[tuple[str, int]] = set()  # lines stopped as no longer this replica's
 
     # ------------------------------------------------------------ lifecycle
 
@@ -221,6 +224,21 @@ class DeferredRunner:
                 self._jobs.append(job)
                 queued += counts[job.id].by_state.get("pending", 0)
         self.stats.queued = queued
+        await self._stop_taken()
+
+    async def _stop_taken(self) -> None:
+        """Stop the lines running here that are no longer this replica's: closed
+        meanwhile (their job ended at once: its key was revoked) or taken by another
+        replica. Their answers would be refused; their engine work stops now."""
+        running = {key: line for key, line in self.running.items() if not line.task.cancelling()}
+        if not running:
+            return
+        held = await self.store.held(self.replica, list(running))
+        for key, line in running.items():
+            # Only the run asked about: not one that ended meanwhile, nor a new run of it.
+            if key not in held and self.running.get(key) is line:
+                self._taken.add(key)
+                line.task.cancel()
 
     def _room(self) -> int:
         """Lines that may start now: within the concurrency flag and admission's room for
@@ -297,6 +315,10 @@ class DeferredRunner:
         it here, or it would wait for its lease to run out."""
         if self.running.pop((job.id, line.seq), None) is None:
             return
+        if (job.id, line.seq) in self._taken:
+            self._taken.discard((job.id, line.seq))
+            self.stats.lost += 1
+            return
         self.stats.cut += 1
         self._release_later(job.id, line.seq)
 
@@ -331,6 +353,9 @@ class DeferredRunner:
             try:
                 answer = await handler.run(job, line)
             except (Cut, asyncio.CancelledError):
+                if (job.id, line.seq) in self._taken:
+                    self.stats.lost += 1  # not ours to release
+                    return
                 self.stats.cut += 1
                 self._release_later(job.id, line.seq)
                 return
@@ -350,6 +375,7 @@ class DeferredRunner:
             log.exception("deferred work: line %d of %s could not be answered", line.seq, job.id)
         finally:
             self.running.pop((job.id, line.seq), None)
+            self._taken.discard((job.id, line.seq))
             self._wake.set()
 
     async def cut_all(self) -> None:

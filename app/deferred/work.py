@@ -74,7 +74,7 @@ class Running:
 class RunnerStats:
     answered: int = 0
     cut: int = 0
-    lost: int = 0  # answers refused because another replica held the line by then
+    lost: int = 0  # lines no longer this replica's (another held them, or they closed)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     queued: int = 0  # pending lines of the runnable jobs at the last tick

@@ -3,7 +3,12 @@ creation, looked after each tick by the runner (`tend`): validation of the input
 (app.services.batch_validation, in a task of its own so a large file does not hold up
 the runner's ticks), expiry at the end of the completion window, cancellation, and
 finalizing once every line is answered (the output and error files written, then the
-final status)."""
+final status).
+
+A batch whose key was revoked (or deleted) ends at once, at the first tick that reads
+the key from the database (every replica reads it each tick): it is `cancelled`, every
+line not answered (pending, or running on any replica) is closed `cancelled`, and each
+replica stops the lines it was running (app.deferred.runner)."""
 
 from __future__ import annotations
 
@@ -22,11 +27,11 @@ from app.deferred.store import (
     Line,
     LineCounts,
 )
-from app.deferred.work import Answer
+from app.deferred.work import Answer, Cut
 from app.errors import FileNotFound
 from app.services.batch_lines import LineRunner, closed_line, line_model
 from app.services.batch_validation import VALIDATE_LEASE_S, validate
-from app.tenancy.keys import KeyRecord, KeyStore
+from app.tenancy.keys import KeyNotFound, KeyRecord, KeyStore
 
 log = logging.getLogger("lilac.batches")
 
@@ -35,6 +40,9 @@ OUTPUT_PURPOSE = "batch_output"
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
 CANCELLED_MESSAGE = "This request was not executed: the batch was cancelled."
 FINALIZE_LEASE_S = 120.0
+# The states in which a batch whose key was revoked is stopped (later ones have no line
+# left to run).
+STOPPABLE = ("validating", "in_progress", "cancelling")
 # A tick waits this long for a validation before going on (a small file is validated,
 # and its first lines started, in the tick that sees the batch).
 VALIDATE_WAIT_S = 0.5
@@ -83,7 +91,7 @@ class BatchJobs:
         self._validating: dict[str, asyncio.Task[bool]] = {}
 
     async def run(self, job: Job, line: Line) -> Answer:
-        return await self.lines.run(job, line, await self._key(job))
+        return await self.lines.run(job, line, await self._live_key(job))
 
     def line_model(self, job: Job, line: Line) -> str | None:
         """The model the line's body names (checked when the batch was made)."""
@@ -104,6 +112,8 @@ class BatchJobs:
 
     async def tend(self, job: Job, counts: LineCounts) -> None:
         self.forget_keys()
+        if job.state in STOPPABLE and await self._revoked(job):
+            counts = await self._stop(job)
         if job.state == "validating":
             await self._validate(job)
             return
@@ -116,6 +126,42 @@ class BatchJobs:
             counts = (await self.store.counts([job.id]))[job.id]
         if counts.unfinished == 0 or job.state == "finalizing":
             await self.finalize(job, counts)
+
+    async def _live_key(self, job: Job) -> KeyRecord | None:
+        """The batch's key; `Cut` when it was revoked or deleted (the line runs nothing,
+        and the next tick ends the batch)."""
+        try:
+            key = await self._key(job)
+        except KeyNotFound:
+            raise Cut("the batch's key was deleted") from None
+        if key is not None and key.revoked:
+            raise Cut("the batch's key was revoked")
+        return key
+
+    async def _revoked(self, job: Job) -> bool:
+        """Whether the batch's key has been revoked or deleted, as the database has it."""
+        try:
+            await self._live_key(job)
+        except Cut:
+            return True
+        return False
+
+    async def _stop(self, job: Job) -> LineCounts:
+        """End a revoked key's batch now: `cancelling` (so it ends `cancelled`), its
+        validation stopped and every line not answered closed, wherever it runs. `job`
+        takes its new state; the counts after."""
+        task = self._validating.pop(job.id, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.store.move(job.id, ("validating", "in_progress"), "cancelling")
+        current = await self.store.get(job.id)
+        if current is not None:
+            job.state, job.stamps = current.state, current.stamps
+        closed = await self.store.close_pending(job.id, CANCELLED, running=True)
+        log.info("batch %s: its key was revoked; %d lines cancelled", job.id, closed)
+        return (await self.store.counts([job.id]))[job.id]
 
     async def _validate(self, job: Job) -> None:
         """Start (or keep waiting on) the job's validation; once it ends within the tick,

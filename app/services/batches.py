@@ -148,7 +148,8 @@ def wire(job: Job, counts: LineCounts) -> Batch:
     """The `batch` object of a job."""
     payload, result = job.payload, job.result or {}
     errors = result.get("errors")
-    failed = counts.by_state.get("answered", 0) - counts.ok + counts.by_state.get("expired", 0)
+    # Every request that will not complete: answered with an error, expired or cancelled.
+    failed = counts.total - counts.ok - counts.unfinished
     return Batch(
         id=job.id,
         endpoint=payload["endpoint"],
