@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Router, delete, get, patch, post
@@ -11,10 +11,14 @@ from litestar import Request, Router, delete, get, patch, post
 from app.errors import InvalidRequest, KeyNotFoundError
 from app.routes.admin import AdminKeyGuard
 from app.routes.deps import TenancyDep
-from app.tenancy.keys import CACHE_GROUP_CHARS, KeyLimits, KeyNotFound, KeyStore
+from app.tenancy.keys import CACHE_GROUP_CHARS, MAX_WEIGHT, KeyLimits, KeyNotFound, KeyStore
 from app.tenancy.report import parse_time as parse_report_time
 from app.tenancy.report import refusal_reasons, summarize
 from app.tenancy.service import Tenancy
+
+# A key's share of the engine against other busy keys (its limits' `weight`).
+Weight = Annotated[float, msgspec.Meta(gt=0, le=MAX_WEIGHT)]
+_LIMITS = ("rpm", "tpm", "max_concurrent", "priority", "weight", "models")
 
 
 class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -25,6 +29,7 @@ class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     tpm: int | msgspec.UnsetType | None = msgspec.UNSET
     max_concurrent: int | msgspec.UnsetType | None = msgspec.UNSET
     priority: int | msgspec.UnsetType = msgspec.UNSET
+    weight: Weight | msgspec.UnsetType = msgspec.UNSET
     models: list[str] | msgspec.UnsetType | None = msgspec.UNSET
     # Keys of one group may share the prefix cache (null: the key's own).
     cache_group: str | msgspec.UnsetType | None = msgspec.UNSET
@@ -41,11 +46,7 @@ class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
         return {"cache_group": self.cache_group}
 
     def limits(self) -> dict[str, Any]:
-        changes = {
-            f: getattr(self, f)
-            for f in ("rpm", "tpm", "max_concurrent", "priority", "models")
-            if getattr(self, f) is not msgspec.UNSET
-        }
+        changes = {f: getattr(self, f) for f in _LIMITS if getattr(self, f) is not msgspec.UNSET}
         if changes.get("models") is not None:
             changes["models"] = tuple(changes["models"])
         for field in ("rpm", "tpm", "max_concurrent"):

@@ -34,7 +34,7 @@ from app.schemas.responses_output import (
     ResponseErrorBody,
     ResponseFailed,
 )
-from app.services.deferred_lines import LineMeter, usage_record
+from app.services.deferred_lines import LineMeter, key_weight, usage_record
 from app.services.response_events import EventHub, EventRecorder, OverBound, frame_response
 from app.services.responses import ResponsesService
 from app.services.responses_background import ENDPOINT, line_request
@@ -138,6 +138,7 @@ class BackgroundResponses:
         model = ""
         try:
             key = await self._key(job)
+            meter.weight = key_weight(key)
             chat = await line_request(
                 line.body.encode(), job.owner, key, self.responses.seal, self.response_store
             )

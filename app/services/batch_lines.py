@@ -34,7 +34,7 @@ from app.schemas.batches import (
 from app.schemas.chat import chat_request_decoder
 from app.schemas.completions import completion_request_decoder
 from app.schemas.responses import responses_request_decoder
-from app.services.deferred_lines import LineMeter, as_key, usage_record
+from app.services.deferred_lines import LineMeter, as_key, key_weight, usage_record
 from app.services.generation import GenerationService
 from app.services.responses_request import ResponsesChatRequest, chat_request
 from app.services.responses_sealing import ReasoningSeal
@@ -113,7 +113,7 @@ class LineRunner:
     async def run(self, job: Job, line: Line, key: KeyRecord | None) -> Answer:
         entry = input_line_decoder.decode(line.body)  # checked when the batch was made
         endpoint = job.payload["endpoint"]
-        meter = LineMeter()
+        meter = LineMeter(weight=key_weight(key))
         n = 1
         try:
             request = await self._request(entry, endpoint, key, job.owner)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from app.errors import ModelNotFound
 from app.services.admission import clamp_priority
 from app.tenancy.isolation import cache_salt
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys import DEFAULT_WEIGHT, KeyRecord
 from app.tenancy.usage import UsageRecord
 from app.usage_source import UsageSource
 
@@ -22,12 +22,14 @@ Request = TypeVar("Request")
 class LineMeter:
     """What a service fills in and finishes for a deferred line: the generation's usage
     (its engine tally is what the line is billed), the model, and the error that ended
-    its stream after it began. The usage row is written with the line's answer, so a
-    line cut or failed is billed when (and if) it is answered."""
+    its stream after it began; and what the service reads, the weight of the line's key.
+    The usage row is written with the line's answer, so a line cut or failed is billed
+    when (and if) it is answered."""
 
     usage_source: UsageSource | None = None
     failure: BaseException | None = None
     model: str = ""
+    weight: float = DEFAULT_WEIGHT  # its key's share of the engine (`key_weight`)
     started: float = field(default_factory=time.monotonic)
     wall_start: float = field(default_factory=time.time)
 
@@ -73,6 +75,11 @@ def usage_record(
         created_at=meter.wall_start,
         batch_id=batch_id,
     )
+
+
+def key_weight(key: KeyRecord | None) -> float:
+    """The weight a line's engine requests carry: its key's (the default without one)."""
+    return key.limits.weight if key is not None else DEFAULT_WEIGHT
 
 
 def as_key(request: Request, key: KeyRecord | None) -> Request:

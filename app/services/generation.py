@@ -209,7 +209,7 @@ class GenerationService(ABC, Generic[RequestT]):
     ) -> Any:
         """`meter`, when given, reads the generation's usage and is finished (the usage
         record made durable) before the body is returned."""
-        generation, generates, engine = await self._start(request, client)
+        generation, generates, engine = await self._start(request, client, meter)
         if meter is not None:
             meter.usage_source = generation
         states = generation.choice_states()
@@ -230,7 +230,7 @@ class GenerationService(ABC, Generic[RequestT]):
     ) -> AsyncIterator[bytes]:
         """Errors of the request are raised here, before any byte of the stream; `meter`
         is finished before the stream's last frame."""
-        generation, generates, engine = await self._start(request, client)
+        generation, generates, engine = await self._start(request, client, meter)
         if meter is not None:
             meter.usage_source = generation
         outputs = self._outputs(engine, generates)
@@ -257,8 +257,10 @@ class GenerationService(ABC, Generic[RequestT]):
         return 1
 
     async def _start(
-        self, request: RequestT, client: str | None
+        self, request: RequestT, client: str | None, meter: RequestEnd | None = None
     ) -> tuple[Generation[Any], list[GenerateRequest], Engine]:
+        """The request's generation and engine requests, each carrying the weight of the
+        key behind `meter` (1.0 without one) for the engine's fair scheduler."""
         record = context.current()
         if record is not None:
             record.model = request.model
@@ -272,8 +274,10 @@ class GenerationService(ABC, Generic[RequestT]):
         policy = self._admission.policy
         check_request_work(generates, engine.model.max_model_len, policy.max_request_tokens)
         generation = self.generation(request, request_id)
+        weight = meter.weight if meter is not None else 1.0
         for generate in generates:
             generate.tally = generation
+            generate.weight = weight
         if record is not None:
             record.usage_source = generation
         return generation, generates, engine

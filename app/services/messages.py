@@ -70,7 +70,7 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
     async def complete(
         self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
     ) -> MessageResponse:
-        generation, generates, engine = await self._start(request, client)
+        generation, generates, engine = await self._start(request, client, meter)
         if meter is not None:
             meter.usage_source = generation
         states = generation.choice_states()
@@ -85,7 +85,7 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
     async def open_stream(
         self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
     ) -> AsyncIterator[bytes]:
-        generation, generates, engine = await self._start(request, client)
+        generation, generates, engine = await self._start(request, client, meter)
         if meter is not None:
             meter.usage_source = generation
         assert isinstance(generation, MessagesGeneration)

@@ -104,7 +104,7 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
     async def complete(
         self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
     ) -> Response:
-        generation, generates, engine = await self._start(request, client)
+        generation, generates, engine = await self._start(request, client, meter)
         assert isinstance(generation, ResponsesGeneration)
         if meter is not None:
             meter.usage_source = generation
@@ -121,7 +121,7 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
     async def open_stream(
         self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
     ) -> AsyncIterator[bytes]:
-        generation, generates, engine = await self._start(request, client)
+        generation, generates, engine = await self._start(request, client, meter)
         assert isinstance(generation, ResponsesGeneration)
         if meter is not None:
             meter.usage_source = generation

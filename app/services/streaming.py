@@ -39,6 +39,11 @@ class RequestEnd(Protocol):
 
     usage_source: UsageSource | None
 
+    @property
+    def weight(self) -> float:
+        """The request's share of the engine against other clients' (its key's weight)."""
+        ...
+
     def finish(self, exc: BaseException | None = None) -> Awaitable[None]: ...
 
     def abandon(self, exc: BaseException) -> None: ...

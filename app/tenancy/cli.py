@@ -17,10 +17,12 @@ from app.tenancy.db import DatabaseError, ensure_data_dir, open_database
 from app.tenancy.keys import (
     CACHE_GROUP_CHARS,
     DEFAULT_RPM,
+    DEFAULT_WEIGHT,
     KeyLimits,
     KeyNotFound,
     KeyRecord,
     KeyStore,
+    check_weight,
 )
 from app.tenancy.report import (
     FORMATS,
@@ -48,6 +50,14 @@ def _models(text: str) -> tuple[str, ...] | None:
     if text.lower() in ("", "all", "none"):
         return None
     return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _weight(text: str) -> float:
+    """A key's weight: a number > 0, at most the keys' maximum."""
+    try:
+        return check_weight(float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cache_group(text: str) -> str | None:
@@ -90,6 +100,13 @@ def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
         type=int,
         default=0 if defaults else argparse.SUPPRESS,
         help="admission priority tier: the best (lowest) priority its requests get",
+    )
+    parser.add_argument(
+        "--weight",
+        type=_weight,
+        default=DEFAULT_WEIGHT if defaults else argparse.SUPPRESS,
+        help="its share of the engine when other keys are busy too: weight 2 gets about "
+        f"twice the service of weight 1 (default {DEFAULT_WEIGHT:g}; > 0)",
     )
     parser.add_argument(
         "--models",
@@ -164,7 +181,7 @@ def _show(value: Any) -> str:
 
 def _key_table(records: list[KeyRecord]) -> str:
     header = ("id", "name", "created", "last used", "rpm", "tpm", "concurrent", "priority")
-    rows = [(*header, "models", "revoked")]
+    rows = [(*header, "weight", "models", "revoked")]
     for r in records:
         limits = r.limits
         rows.append(
@@ -177,6 +194,7 @@ def _key_table(records: list[KeyRecord]) -> str:
                 _show(limits.tpm),
                 _show(limits.max_concurrent),
                 str(limits.priority),
+                f"{limits.weight:g}",
                 ",".join(limits.models) if limits.models is not None else "all",
                 _when(r.revoked_at),
             )
@@ -192,7 +210,14 @@ async def _keys(args: argparse.Namespace) -> None:
     store = KeyStore(engine)
     try:
         if args.action == "create":
-            limits = KeyLimits(args.rpm, args.tpm, args.max_concurrent, args.priority, args.models)
+            limits = KeyLimits(
+                rpm=args.rpm,
+                tpm=args.tpm,
+                max_concurrent=args.max_concurrent,
+                priority=args.priority,
+                models=args.models,
+                weight=args.weight,
+            )
             record, secret = await store.create(args.name, limits, cache_group=args.cache_group)
             print(f"created {record.id} ({record.name}); the key, shown only now:", file=sys.stderr)
             print(secret)
@@ -206,7 +231,7 @@ async def _keys(args: argparse.Namespace) -> None:
             record = await store.revoke(args.id)
             print(f"revoked {record.id} ({record.name})")
         else:
-            fields = ("rpm", "tpm", "max_concurrent", "priority", "models")
+            fields = ("rpm", "tpm", "max_concurrent", "priority", "models", "weight")
             changes = {f: getattr(args, f) for f in fields if hasattr(args, f)}
             group = {"cache_group": args.cache_group} if hasattr(args, "cache_group") else {}
             record = await store.update(args.id, changes, **group)

@@ -32,6 +32,8 @@ _TOUCH = (
 PREFIX = "lilac-sk-"
 _SHAPE = re.compile(r"lilac-sk-[A-Za-z0-9_-]{43}")
 DEFAULT_RPM = 200
+DEFAULT_WEIGHT = 1.0
+MAX_WEIGHT = 1000.0  # a key's weight is > 0 and at most this
 CACHE_GROUP_CHARS = 64  # the api_keys.cache_group column
 
 
@@ -50,13 +52,15 @@ def hash_key(token: str) -> str:
 @dataclass(frozen=True, slots=True)
 class KeyLimits:
     """A key's limits; None: unlimited. `priority` is the best (lowest) admission
-    priority its requests may ask for."""
+    priority its requests may ask for; `weight` scales its share of the engine against
+    other busy keys (2: about twice the service of a key of weight 1), not a tier."""
 
     rpm: int | None = DEFAULT_RPM
     tpm: int | None = None
     max_concurrent: int | None = None
     priority: int = 0
     models: tuple[str, ...] | None = None  # served names it may use; None: all
+    weight: float = DEFAULT_WEIGHT
 
     def allows_model(self, name: str) -> bool:
         return self.models is None or name in self.models
@@ -90,6 +94,7 @@ class KeyRecord:
             "tpm": limits.tpm,
             "max_concurrent": limits.max_concurrent,
             "priority": limits.priority,
+            "weight": limits.weight,
             "models": list(limits.models) if limits.models is not None else None,
             "cache_group": self.cache_group,
         }
@@ -101,12 +106,20 @@ class KeyNotFound(Exception):
         self.key_id = key_id
 
 
+def check_weight(weight: float) -> float:
+    """`weight` if a key may have it (> 0, at most MAX_WEIGHT), else ValueError."""
+    if not 0 < weight <= MAX_WEIGHT:  # NaN fails too
+        raise ValueError(f"a key's weight is > 0 and at most {MAX_WEIGHT:g}, not {weight}")
+    return weight
+
+
 def _row_values(limits: KeyLimits) -> dict[str, Any]:
     return {
         "rpm": limits.rpm,
         "tpm": limits.tpm,
         "max_concurrent": limits.max_concurrent,
         "priority": limits.priority,
+        "weight": check_weight(limits.weight),
         "models": json.dumps(list(limits.models)) if limits.models is not None else None,
     }
 
@@ -126,6 +139,7 @@ def _record(row: Any) -> KeyRecord:
             max_concurrent=row.max_concurrent,
             priority=row.priority,
             models=tuple(models) if models is not None else None,
+            weight=float(row.weight),
         ),
     )
 

@@ -93,6 +93,11 @@ class RequestMeter:
         self.started = time.monotonic()
         self.wall_start = time.time()
 
+    @property
+    def weight(self) -> float:
+        """The key's share of the engine against other busy keys'."""
+        return self.key.limits.weight
+
     def record(self, outcome: str) -> UsageRecord:
         prompt = cached = completion = reasoning = 0
         ttft_ms = queue_ms = client_request_id = None

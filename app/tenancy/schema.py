@@ -48,6 +48,8 @@ api_keys = Table(
     Column("tpm", Integer, nullable=True),
     Column("max_concurrent", Integer, nullable=True),
     Column("priority", Integer, nullable=False, server_default="0"),
+    # Its share of the engine against other busy keys (not a tier: `priority` is).
+    Column("weight", Float, nullable=False, server_default="1"),
     Column("models", Text, nullable=True),  # JSON list of served names; NULL: all
     # Keys of one group may share the engine's prefix cache; NULL: the key's own.
     Column("cache_group", String(64), nullable=True),

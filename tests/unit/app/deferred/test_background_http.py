@@ -492,3 +492,14 @@ async def test_queueing_takes_one_of_the_keys_requests(
         assert refused.status_code == 429, refused.text
         assert refused.json()["error"]["code"] == "rate_limit_exceeded"
         assert "retry-after" in refused.headers
+
+
+async def test_a_background_responses_engine_request_carries_its_keys_weight(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    engine = ScriptedEngine()
+    async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
+        _, secret = await new_key(tenancy, weight=0.5)
+        queued = await queue(http, secret)
+        assert (await finished(http, secret, queued["id"]))["status"] == "completed"
+    assert [request.weight for request in engine.requests] == [0.5]

@@ -486,3 +486,17 @@ async def test_an_arriving_interactive_request_cuts_lines_over_the_limit(
 
 async def _running_at_least(runner: DeferredRunner, count: int) -> bool:
     return len(runner.running) >= count
+
+
+async def test_a_batch_lines_engine_requests_carry_its_keys_weight(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    engine = ScriptedEngine()
+    async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
+        key_id, secret = await new_key(tenancy, weight=2.5)
+        lines = [chat_line("a"), chat_line("b")]
+        done = await finished(
+            http, secret, await create(http, secret, await upload(http, key_id, lines))
+        )
+        assert done["request_counts"]["completed"] == 2, done
+    assert [request.weight for request in engine.requests] == [2.5, 2.5]

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.cli import main
 from app.tenancy.db import DatabaseError, alembic_config, migrate, open_database
+from app.tenancy.keys import KeyStore
 
 
 async def test_migrating_again_is_a_no_op(database: AsyncEngine) -> None:
@@ -158,3 +159,32 @@ async def test_the_migrations_build_exactly_the_tables_the_code_uses(
 
     async with database.connect() as conn:
         assert await conn.run_sync(differences) == []
+
+
+async def test_keys_made_before_weights_get_weight_one(database: AsyncEngine) -> None:
+    """Down to 0007 (no `weight` column), a key written there, then up again: the key
+    is kept with weight 1; down again drops the column and keeps the key."""
+    from alembic import command
+    from sqlalchemy.engine import Connection
+
+    def to(revision: str, down: bool) -> object:
+        def run(connection: Connection) -> None:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            (command.downgrade if down else command.upgrade)(config, revision)
+
+        return run
+
+    async with database.begin() as conn:
+        await conn.run_sync(to("0007", down=True))
+        await conn.exec_driver_sql("INSERT INTO api_keys (id, name, key_hash, created_at, "
+                                   "priority) VALUES ('key_old', 'o', 'h', 0.0, 2)")  # fmt: skip
+    await migrate(database)
+    [record] = await KeyStore(database).list()
+    assert record.id == "key_old" and record.limits.priority == 2
+    assert record.limits.weight == 1.0 and isinstance(record.limits.weight, float)
+    async with database.begin() as conn:
+        await conn.run_sync(to("0007", down=True))
+        columns = (await conn.exec_driver_sql("SELECT * FROM api_keys")).keys()
+        assert "weight" not in columns and "priority" in columns
+    await migrate(database)

@@ -4,11 +4,14 @@ their hash is kept; keys made concurrently are all distinct and all kept."""
 from __future__ import annotations
 
 import asyncio
+import math
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.keys import (
+    MAX_WEIGHT,
     PREFIX,
     KeyLimits,
     KeyNotFound,
@@ -109,3 +112,25 @@ async def test_the_last_use_of_many_keys_is_one_statement(database: AsyncEngine)
     last_used = {record.id: record.last_used_at for record in await store.list()}
     assert last_used[untouched.id] is None
     assert [last_used[record.id] for record in touched] == [1000.0 + i for i in range(39)]
+
+
+async def test_a_key_has_a_weight(database: AsyncEngine) -> None:
+    """Weight 1 unless given; kept and changed like the limits; a weight a key may not
+    have (not > 0, over the maximum, NaN) is refused before it reaches the database."""
+    store = KeyStore(database)
+    plain, _ = await store.create("plain", KeyLimits())
+    assert (await store.get(plain.id)).limits.weight == 1.0
+    heavy, secret = await store.create("heavy", KeyLimits(weight=2.5))
+    found = await store.by_hash(hash_key(secret))
+    assert found is not None and found.limits.weight == 2.5
+    assert found.public()["weight"] == 2.5
+    changed = await store.update(heavy.id, {"weight": MAX_WEIGHT})
+    assert (await store.get(heavy.id)).limits == changed.limits
+    assert changed.limits.weight == MAX_WEIGHT and changed.limits.rpm == 200
+    for bad in (0.0, -1.0, MAX_WEIGHT * 1.5, math.nan):
+        with pytest.raises(ValueError, match="weight"):
+            await store.update(heavy.id, {"weight": bad})
+        with pytest.raises(ValueError, match="weight"):
+            await store.create("bad", KeyLimits(weight=bad))
+    assert (await store.get(heavy.id)).limits.weight == MAX_WEIGHT
+    assert len(await store.list()) == 2
