@@ -131,6 +131,9 @@ class GenerateRequest:
     # For admission (engine.admission.runtime): fairness key and priority (lower: sooner).
     client: str | None = None
     priority: int = 0
+    # The client's share of the engine against other clients' (its key's `weight`): the
+    # engine's fair scheduler charges it 1/weight of each token it serves it.
+    weight: float = 1.0
     # Images, in the order their `{"type": "image"}` parts appear in `messages` (a message
     # with images has its content as a list of `text` and `image` parts).
     images: list[ImageInput] = field(default_factory=list)
