@@ -11,7 +11,16 @@ from typing import Any
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.deferred.records import ANSWERED, PENDING, RUNNING, UNFINISHED, Line, LineCounts, _held
+from app.deferred.records import (
+    ANSWERED,
+    PENDING,
+    RUN,
+    RUNNING,
+    UNFINISHED,
+    Line,
+    LineCounts,
+    _held,
+)
 from app.deferred.schema import deferred_lines
 from app.storage.database import TenantDatabase
 from app.tenancy.schema import usage
@@ -85,11 +94,11 @@ class LineLeases:
                         state=RUNNING,
                         lease_owner=replica,
                         lease_until=now + lease_s,
-                        attempts=lines.attempts + 1,
+                        attempts=lines.attempts + RUN,
                     )
                 )
                 if changed.rowcount == 1:
-                    claimed.append(Line(job_id, seq, body, attempts + 1))
+                    claimed.append(Line(job_id, seq, body, attempts + RUN))
         return claimed
 
     async def renew(self, replica: str, held: list[tuple[str, int]], lease_s: float) -> None:
@@ -108,7 +117,7 @@ class LineLeases:
 
     async def release(self, job_id: str, seq: int, replica: str) -> bool:
         """A line cut before its answer (a drain, a restart, capacity taken back): pending
-        again, to run later; its attempt is not counted against it."""
+        again, to run later; its run stays counted among its cut ones (`Line.cut_runs`)."""
         return await self.release_many([(job_id, seq)], replica) == 1
 
     async def release_many(self, held: list[tuple[str, int]], replica: str) -> int:
@@ -116,20 +125,33 @@ class LineLeases:
         not one each); answers how many were still this replica's to release."""
         if not held:
             return 0
-        lines = deferred_lines.c
         engine = await self._engine()
-        attempts = (
-            func.max(lines.attempts - 1, 0)
-            if engine.dialect.name == "sqlite"
-            else func.greatest(lines.attempts - 1, 0)
-        )
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
                 .where(or_(*(_held(job_id, seq, replica) for job_id, seq in held)))
-                .values(state=PENDING, lease_owner=None, lease_until=None, attempts=attempts)
+                .values(state=PENDING, lease_owner=None, lease_until=None)
             )
         return int(changed.rowcount)
+
+    async def failed(self, job_id: str, seq: int, replica: str) -> bool:
+        """A line whose run failed (an engine error), to run again: pending, the run
+        counted among its failed ones (`Line.failed_runs`) rather than its cut ones.
+        False when the line was no longer this replica's."""
+        lines = deferred_lines.c
+        engine = await self._engine()
+        async with engine.begin() as conn:
+            changed = await conn.execute(
+                update(deferred_lines)
+                .where(_held(job_id, seq, replica))
+                .values(
+                    state=PENDING,
+                    lease_owner=None,
+                    lease_until=None,
+                    attempts=lines.attempts - RUN + 1,
+                )
+            )
+        return changed.rowcount == 1
 
     async def answer(
         self,

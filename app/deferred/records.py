@@ -23,6 +23,12 @@ PENDING, RUNNING, ANSWERED, EXPIRED, CANCELLED = (
 )
 UNFINISHED = (PENDING, RUNNING)
 INSERT_CHUNK = 500  # lines per INSERT statement when a job is created
+# A line's `attempts` column holds two counts of its runs: RUN times the runs that were
+# cut (no fault of the line: stopped for interactive work, a drain, a restart, no room),
+# plus the runs that failed. A claim adds RUN (a run counts as cut unless it fails), and a
+# failed run moves from the first count to the second (`LineLeases.failed`). The failures
+# of a line never reach RUN (they are bounded far below it).
+RUN = 16
 
 
 @dataclass(slots=True)
@@ -44,7 +50,17 @@ class Line:
     job_id: str
     seq: int
     body: str
-    attempts: int
+    attempts: int  # as claimed for this run (see RUN): this run counted among the cut
+
+    @property
+    def failed_runs(self) -> int:
+        """The line's earlier runs that failed (an engine error)."""
+        return self.attempts % RUN
+
+    @property
+    def cut_runs(self) -> int:
+        """The line's earlier runs that were cut."""
+        return max(0, self.attempts // RUN - 1)
 
 
 @dataclass(slots=True)

@@ -25,9 +25,11 @@ Each model has its own engine and admission, so the cuts are per
 model: an interactive request for one model cuts only the lines on that model (a line
 on another frees nothing that request waits for), and a line whose model is not known
 counts as on every model. A cut line is pending again, runs later, and is billed only
-when answered. At each look at the jobs a replica also stops the lines it runs that are
-no longer its own: closed meanwhile (a revoked key's batch ends at once) or taken by
-another replica."""
+when answered. Retries are bounded (app.deferred.work): a line whose run failed runs
+again until it has failed `MAX_FAILED_RUNS` times, and one cut `MAX_CUT_RUNS` times is
+answered failed without running again. At each look at the jobs a replica also stops
+the lines it runs that are no longer its own: closed meanwhile (a revoked key's batch
+ends at once) or taken by another replica."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ import time
 from collections.abc import Callable
 
 from app.deferred.store import DeferredStore, Job, Line
-from app.deferred.work import Capacity, Cut, Handler, RunnerStats, Running
+from app.deferred.work import Capacity, Cut, Failed, Handler, RunnerStats, Running
 from app.tasks import cancel_and_wait, wait_event
 
 log = logging.getLogger("lilac.deferred")
@@ -352,12 +354,15 @@ class DeferredRunner:
         try:
             try:
                 answer = await handler.run(job, line)
-            except (Cut, asyncio.CancelledError):
+            except (Cut, asyncio.CancelledError) as stopped:
                 if (job.id, line.seq) in self._taken:
                     self.stats.lost += 1  # not ours to release
-                    return
-                self.stats.cut += 1
-                self._release_later(job.id, line.seq)
+                elif isinstance(stopped, Failed):
+                    self.stats.failed += 1
+                    await asyncio.shield(self.store.failed(job.id, line.seq, self.replica))
+                else:
+                    self.stats.cut += 1
+                    self._release_later(job.id, line.seq)
                 return
             if await asyncio.shield(
                 self.store.answer(

@@ -1,5 +1,6 @@
 """The types and protocols the deferred-work runner works with: `Cut` (a line that cannot
-run to its answer now and goes back to pending), `Answer` (a line's result and usage row),
+run to its answer now and goes back to pending) and `Failed` (one whose run failed), with
+the bounds on both (`run_again`, `interrupted`), `Answer` (a line's result and usage row),
 `Handler` (what a kind of job does with its lines and itself), `Capacity` (what admission
 tells the runner about room for deferred work and interactive load), `Running` (a line the
 runner has started) and `RunnerStats` (its counters). They live apart from the runner
@@ -12,12 +13,50 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.deferred.store import Job, Line, LineCounts
+from app.errors import APIError
 from app.tenancy.usage import UsageRecord
+
+# A line is tried again after an engine failure until it has failed this many times,
+# and after a cut until it has been cut this many times (a cut is no fault of the line,
+# so its bound is the larger; a line that never runs to its end still stops).
+MAX_FAILED_RUNS = 3
+MAX_CUT_RUNS = 50
+# The codes of a 5xx that is an engine failure (any other 5xx: no capacity, a drain).
+ENGINE_FAILURES = ("engine_error", "internal_error")
+INTERRUPTED = "request_interrupted"
+INTERRUPTED_MESSAGE = (
+    f"This request was stopped {MAX_CUT_RUNS} times before its end, to make room for "
+    "interactive work or because the server stopped, and was not run again."
+)
 
 
 class Cut(Exception):
     """The line could not run to its answer now (no capacity, a drain, the engine not
-    ready): it goes back to pending and runs later."""
+    ready): it goes back to pending and runs later, the run counted among its cut ones."""
+
+
+class Failed(Cut):
+    """The line's run failed inside the engine and it has tries left: it goes back to
+    pending, the run counted among its failed ones."""
+
+
+def run_again(error: APIError, line: Line) -> Cut | None:
+    """What becomes of a line whose run ended in `error`: a `Cut` for a 5xx that is no
+    engine failure, `Failed` for an engine failure while the line may fail again, None
+    when the error is the line's answer (a request error, or the last failure)."""
+    if error.status_code < 500:
+        return None
+    if error.code not in ENGINE_FAILURES:
+        return Cut(error.message)
+    if line.failed_runs + 1 < MAX_FAILED_RUNS:
+        return Failed(error.message)
+    return None
+
+
+def interrupted(line: Line) -> bool:
+    """Whether the line has been cut too often to run again: it is answered with
+    `INTERRUPTED` instead."""
+    return line.cut_runs >= MAX_CUT_RUNS
 
 
 @dataclass(slots=True)
@@ -75,6 +114,7 @@ class RunnerStats:
     answered: int = 0
     cut: int = 0
     lost: int = 0  # lines no longer this replica's (another held them, or they closed)
+    failed: int = 0  # runs that failed inside the engine, to run again
     prompt_tokens: int = 0
     completion_tokens: int = 0
     queued: int = 0  # pending lines of the runnable jobs at the last tick

@@ -25,7 +25,14 @@ from contextlib import aclosing
 import msgspec
 
 from app.deferred.store import CANCELLED, DeferredStore, Job, Line, LineCounts
-from app.deferred.work import Answer, Cut
+from app.deferred.work import (
+    INTERRUPTED,
+    INTERRUPTED_MESSAGE,
+    Answer,
+    Cut,
+    interrupted,
+    run_again,
+)
 from app.error_handlers import to_api_error
 from app.errors import APIError, InvalidKey, ResponseNotFound, StoredTooLarge
 from app.schemas.responses_output import (
@@ -51,7 +58,6 @@ KIND = "response"
 # Job states: `queued` until its line first runs, `in_progress` (its line runs, or waits
 # again after a cut), `cancelling` (asked to stop), `done` (the line answered or closed).
 RUNNABLE = ("queued", "in_progress")
-MAX_ATTEMPTS = 3  # an engine failure (not a bad request) is retried this many times
 _encoder = msgspec.json.Encoder()
 _response = msgspec.json.Decoder(Response)
 _CANCELLED = '{"status": "cancelled"}'
@@ -107,6 +113,8 @@ class BackgroundResponses:
             self.events, self.hub, job.id, self.response_store.limits.max_stored_bytes
         )
         try:
+            if interrupted(line):
+                return await self._interrupted(job, recorder)
             return await self._run(job, line, recorder, flag)
         except (Cut, asyncio.CancelledError):
             await asyncio.shield(self._requeue(job, recorder))
@@ -186,16 +194,23 @@ class BackgroundResponses:
         outcome = "completed" if response.status in ("completed", "incomplete") else "error"
         return _answer(job, meter, model, response, outcome)
 
+    async def _interrupted(self, job: Job, recorder: EventRecorder) -> Answer:
+        """A response cut too often to run again: failed, with nothing run."""
+        error = APIError(INTERRUPTED_MESSAGE, code=INTERRUPTED)
+        try:
+            return await self._failed(job, recorder, LineMeter(), "", error)
+        except ResponseNotFound:  # deleted meanwhile
+            return Answer('{"status": "deleted"}', False, None)
+
     def _failure(self, exc: BaseException, line: Line) -> APIError:
         """The error a run ended in; raises `Cut` for what is no fault of the request
         (no capacity, a drain, a restart), and for an engine failure before its last try."""
         if isinstance(exc, Cut):
             raise exc
         error = to_api_error(exc) if isinstance(exc, Exception) else to_api_error(Cut())
-        if error.status_code >= 500 and (
-            error.code not in ("engine_error", "internal_error") or line.attempts < MAX_ATTEMPTS
-        ):
-            raise Cut(error.message) from exc
+        again = run_again(error, line)
+        if again is not None:
+            raise again from exc
         return error
 
     async def _failed(

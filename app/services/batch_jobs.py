@@ -27,7 +27,7 @@ from app.deferred.store import (
     Line,
     LineCounts,
 )
-from app.deferred.work import Answer, Cut
+from app.deferred.work import INTERRUPTED, INTERRUPTED_MESSAGE, Answer, Cut, interrupted
 from app.errors import FileNotFound
 from app.services.batch_lines import LineRunner, closed_line, line_model
 from app.services.batch_validation import VALIDATE_LEASE_S, validate
@@ -91,6 +91,9 @@ class BatchJobs:
         self._validating: dict[str, asyncio.Task[bool]] = {}
 
     async def run(self, job: Job, line: Line) -> Answer:
+        if interrupted(line):  # cut too often: failed, in the error file, without a run
+            result = closed_line(job.id, line.seq, line.body, INTERRUPTED, INTERRUPTED_MESSAGE)
+            return Answer(result, False, None)
         return await self.lines.run(job, line, await self._live_key(job))
 
     def line_model(self, job: Job, line: Line) -> str | None:

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from app.deferred.store import Job, Line
-from app.deferred.work import Answer, Cut
+from app.deferred.work import Answer, Cut, run_again
 from app.error_handlers import encode_error, to_api_error
 from app.errors import InvalidRequest
 from app.request_body import INLINE_BYTES, decode_checked
@@ -43,8 +43,6 @@ from app.tenancy.usage import UsageRecord
 from engine.admission.runtime import DEFERRED_PREFIX
 from engine.offload import off_loop
 
-# An engine failure (not a bad line) is retried this many times before it is answered.
-MAX_ATTEMPTS = 3
 _encoder = msgspec.json.Encoder()
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
     "/v1/chat/completions": chat_request_decoder,
@@ -125,10 +123,9 @@ class LineRunner:
             raise
         except Exception as exc:
             error = to_api_error(exc)
-            if error.status_code >= 500 and (
-                error.code not in ("engine_error", "internal_error") or line.attempts < MAX_ATTEMPTS
-            ):
-                raise Cut(error.message) from exc  # capacity, a drain, a restart: later
+            again = run_again(error, line)  # capacity, a drain, a failure with tries left
+            if again is not None:
+                raise again from exc
             generation = meter.usage_source
             request_id = generation.id if generation is not None else line_id(job.id, line.seq)
             result = output_line(

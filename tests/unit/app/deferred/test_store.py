@@ -90,7 +90,9 @@ async def test_a_dead_replicas_lines_are_claimed_after_its_lease(database: Async
     assert await store.claim("batch_a", "alive", 2, 60) == []  # the lease holds
     clock.now += 31
     taken = await store.claim("batch_a", "alive", 2, 60)
-    assert [line.seq for line in taken] == [0, 1] and taken[0].attempts == 2
+    assert [line.seq for line in taken] == [0, 1]
+    # The dead replica's run is no fault of the line: counted as cut, not failed.
+    assert (taken[0].cut_runs, taken[0].failed_runs) == (1, 0)
     # The dead replica comes back with its old answer: refused, and nothing billed.
     assert not await store.answer("batch_a", 0, "dead", "{}", True, record("batch_req_a_0"))
     assert await usage_count(database) == 0
@@ -115,15 +117,30 @@ async def test_an_answer_is_written_once_and_billed_once(database: AsyncEngine) 
     assert batch_id == "batch_a"
 
 
-async def test_a_cut_line_is_pending_again_without_an_attempt(database: AsyncEngine) -> None:
+async def test_a_cut_line_is_pending_again_its_run_counted_as_cut(
+    database: AsyncEngine,
+) -> None:
     store = store_of(database, Clock())
     await store.create(job(), ['{"n": 0}'])
     [line] = await store.claim("batch_a", "r1", 1, 60)
-    assert line.attempts == 1
+    assert (line.cut_runs, line.failed_runs) == (0, 0)
     assert not await store.release("batch_a", 0, "r2")  # not r2's to release
     assert await store.release("batch_a", 0, "r1")
     [again] = await store.claim("batch_a", "r2", 1, 60)
-    assert again.attempts == 1
+    assert (again.cut_runs, again.failed_runs) == (1, 0)
+
+
+async def test_a_failed_run_counts_as_failed_not_cut(database: AsyncEngine) -> None:
+    store = store_of(database, Clock())
+    await store.create(job(), ['{"n": 0}'])
+    await store.claim("batch_a", "r1", 1, 60)
+    assert not await store.failed("batch_a", 0, "r2")  # not r2's
+    assert await store.failed("batch_a", 0, "r1")
+    [again] = await store.claim("batch_a", "r1", 1, 60)
+    assert (again.cut_runs, again.failed_runs) == (0, 1)
+    assert await store.release("batch_a", 0, "r1")  # then cut: both counted
+    [third] = await store.claim("batch_a", "r1", 1, 60)
+    assert (third.cut_runs, third.failed_runs) == (1, 1)
 
 
 async def test_lines_cut_together_are_released_in_one_go(database: AsyncEngine) -> None:
@@ -141,7 +158,7 @@ async def test_lines_cut_together_are_released_in_one_go(database: AsyncEngine) 
     assert counts["batch_b"].by_state == {PENDING: 1}
     again = await store.claim("batch_a", "r3", 5, 60)
     assert sorted(line.seq for line in again) == [0, 2]
-    assert {line.attempts for line in again} == {1}  # a cut is not counted as an attempt
+    assert {(line.cut_runs, line.failed_runs) for line in again} == {(1, 0)}
 
 
 async def test_expiry_ends_pending_lines_and_leaves_running_ones(database: AsyncEngine) -> None:
