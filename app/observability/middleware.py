@@ -1,7 +1,8 @@
 """The ASGI layer around the whole app (outside routing and the exception handlers, so
 404s and errors pass through it too): per HTTP request it opens the `RequestRecord`,
-returns `X-Request-Id` on the response, and once the last byte is sent counts the
-request in the HTTP metrics and writes the access line.
+returns `X-Request-Id` on the response (and `request-id` on Anthropic's routes), and
+once the last byte is sent counts the request in the HTTP metrics and writes the access
+line.
 
 It only watches `send`: one dictionary lookup per message on the streaming path.
 """
@@ -14,6 +15,7 @@ from typing import Any, Protocol, cast
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from app.anthropic_errors import is_anthropic_path
 from app.observability.context import (
     HEADER,
     RequestRecord,
@@ -24,6 +26,7 @@ from app.observability.context import (
 from app.observability.logs import access_line
 
 _HEADER_BYTES = HEADER.encode()
+_ANTHROPIC_HEADER = b"request-id"
 # Polled by load balancers and Prometheus every few seconds: counted, not logged.
 QUIET_PATHS = frozenset({"/health", "/health/live", "/metrics"})
 
@@ -65,7 +68,7 @@ class RequestObserver:
         http = cast(dict[str, Any], scope)
         request_id, supplied = accept_request_id(_header(http, _HEADER_BYTES))
         record = RequestRecord(request_id, supplied, http["method"], http["path"])
-        id_header = (_HEADER_BYTES, request_id.encode())
+        id_headers = _id_headers(request_id, http["path"])
         finished = False
 
         async def send_observed(message: Any) -> None:
@@ -73,7 +76,7 @@ class RequestObserver:
             kind = message["type"]
             if kind == "http.response.start":
                 record.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), id_header]
+                message["headers"] = [*message.get("headers", ()), *id_headers]
             elif kind == "http.response.body" and not message.get("more_body", False):
                 await send(message)
                 finished = True
@@ -100,6 +103,15 @@ class RequestObserver:
         self._observe_http(route, record.method, record.status, duration)
         if record.path not in QUIET_PATHS:
             access_line(record, duration)
+
+
+def _id_headers(request_id: str, path: str) -> tuple[tuple[bytes, bytes], ...]:
+    """`X-Request-Id`, and on Anthropic's routes its `request-id` too (what the Anthropic
+    SDKs read as a response's `_request_id`)."""
+    value = request_id.encode()
+    if is_anthropic_path(path):
+        return (_HEADER_BYTES, value), (_ANTHROPIC_HEADER, value)
+    return ((_HEADER_BYTES, value),)
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:

@@ -1,5 +1,6 @@
-"""X-Request-Id: accepted or made, returned on every response (errors too), and used in
-the response id, the engine request id and the log lines of that request."""
+"""X-Request-Id: accepted or made, returned on every response (errors too; on Anthropic's
+routes as `request-id` too), and used in the response id, the engine request id and the
+log lines of that request."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 import logging
 import time
 
+import anthropic
 import pytest
 
 from app.observability.context import (
@@ -18,6 +20,7 @@ from app.observability.context import (
 from app.observability.logs import RequestIdFilter
 from app.tenancy.schema import REQUEST_ID_CHARS
 from engine.scripted import ScriptedEngine
+from tests.anthropic_sse import anthropic_sdk
 from tests.client import app_client, stream_events
 
 URL = "/v1/chat/completions"
@@ -128,3 +131,30 @@ def test_made_ids_are_32_hex_digits_unique_and_sort_in_the_order_made() -> None:
     batches = [ids[i : i + 2_000] for i in range(0, len(ids), 2_000)]
     assert [max(b) for b in batches] == sorted(max(b) for b in batches)
     assert all(max(a) < min(b) for a, b in itertools.pairwise(batches))
+
+
+async def test_the_anthropic_sdk_reads_the_request_id_on_the_messages_routes() -> None:
+    """Anthropic's SDK reads `request-id` (its `_request_id`), not `x-request-id`: the
+    Messages routes send both, errors included; the other routes only `x-request-id`."""
+    request = {
+        "model": "scripted",
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    async with app_client(ScriptedEngine()) as http:
+        sdk = anthropic_sdk(http.app)
+        raw = await sdk.messages.with_raw_response.create(**request)
+        message = await raw.parse()
+        counted = await sdk.messages.count_tokens(model="scripted", messages=request["messages"])
+        async with sdk.messages.stream(**request) as stream:
+            await stream.get_final_message()
+            streamed = stream.request_id
+        with pytest.raises(anthropic.NotFoundError) as refused:
+            await sdk.messages.create(**{**request, "model": "nope"})
+        chat = await http.post(URL, json=BODY)
+    assert len(raw.headers["x-request-id"]) == 32
+    assert message._request_id == raw.headers["x-request-id"]
+    for request_id in (counted._request_id, streamed):
+        assert request_id is not None and len(request_id) == 32
+    assert refused.value.request_id is not None and len(refused.value.request_id) == 32
+    assert "request-id" not in chat.headers and len(chat.headers["x-request-id"]) == 32
