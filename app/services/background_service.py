@@ -14,8 +14,10 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from app.deferred.runner import DeferredRunner
+from app.deferred.schema import JOB_ID_CHARS
 from app.deferred.store import CANCELLED, DeferredStore, Job
 from app.errors import InvalidRequest
+from app.observability import context
 from app.schemas.responses_output import Response
 from app.services.background_responses import KIND, RUNNABLE, BackgroundResponses
 from app.services.response_events import FINAL_STATUSES, EventHub, follow
@@ -65,15 +67,30 @@ class BackgroundService:
         self.handler = handler
         self.runner = runner
 
+    def _request_id(self) -> str:
+        """The engine request id a foreground response of this HTTP request would have
+        (the response id is made from it): its request id (X-Request-Id); a client's
+        cut so that the response id fits a job's, the whole UUID after it keeping it
+        unique."""
+        prefix = self.responses.id_prefix
+        record = context.current()
+        if record is None:
+            return f"{prefix}-{context.new_request_id()}"
+        if not record.client_supplied:
+            return record.engine_request_id(prefix)
+        room = JOB_ID_CHARS - len("resp_") - 32  # the client's part: less `resp_`, a UUID
+        return f"{prefix}-{record.request_id[:room]}-{uuid.uuid4().hex}"
+
     async def create(
         self, chat: ResponsesChatRequest, raw: bytes, key: KeyRecord | None
     ) -> Response:
         """Store the response `queued` and its job: the request as sent, run later."""
         self.responses.engine_for(chat)  # a model not served: 404 now, not later
         now = time.time()
-        chat.response_id = "resp_" + uuid.uuid4().hex
         chat.created_at = now
-        generation = self.responses.generation(chat, "resp-" + uuid.uuid4().hex)
+        # Named as a foreground response is: `resp_` and the request's id (X-Request-Id).
+        generation = self.responses.generation(chat, self._request_id())
+        chat.response_id = generation.id  # every run keeps it
         queued = generation.response("queued", [], None)
         await self.response_store.save(
             StoredResponse(
