@@ -19,6 +19,7 @@ from app.routes.event_stream import EventStream
 from app.routes.respond import SSE_HEADERS
 from app.schemas.stored_responses import InputItemList, ItemId, ResponseDeleted
 from app.storage.database import owner_of
+from app.storage.responses import StoredResponse
 from app.tenancy.service import request_key
 
 MAX_PAGE = 100
@@ -154,11 +155,33 @@ def list_page(items: list[msgspec.Raw], page: Page) -> InputItemList:
     return InputItemList(data=data, first_id=first, last_id=last, has_more=has_more)
 
 
+def context_items(chain: list[StoredResponse]) -> list[msgspec.Raw]:
+    """The items a response's request saw, oldest first: each response it continued,
+    its input items then its output items, then the response's own input items. An item
+    given again (an earlier output sent back as input, the same `id`) is listed once."""
+    documents = [
+        doc for earlier in chain[:-1] for doc in (earlier.input_items, earlier.output_items)
+    ]
+    documents.append(chain[-1].input_items)
+    seen: set[str] = set()
+    items: list[msgspec.Raw] = []
+    for document in documents:
+        for item in _items.decode(document):
+            item_id = _item_id.decode(item).id
+            if item_id is not None:
+                if item_id in seen:
+                    continue
+                seen.add(item_id)
+            items.append(item)
+    return items
+
+
 @get("/v1/responses/{response_id:str}/input_items")
 async def list_input_items(
     request: Request[Any, Any, Any], response_store: ResponseStoreDep, response_id: str
 ) -> InputItemList:
-    """The input items of the request that made a stored response."""
+    """The context the response saw: the items of the responses it continued (through
+    `previous_response_id`, inputs and outputs) and its own input items, in order."""
     page = page_of(request.query_params)
-    stored = await response_store.get(_owner(request), response_id)
-    return list_page(_items.decode(stored.input_items), page)
+    chain = await response_store.context(_owner(request), response_id)
+    return list_page(context_items(chain), page)

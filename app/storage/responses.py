@@ -149,6 +149,12 @@ class ResponseStore:
         another's, expired or deleted), naming the first missing one."""
         return await self._guarded(lambda: self._chain(owner, response_id))
 
+    async def context(self, owner: str, response_id: str) -> list[StoredResponse]:
+        """The owner's response and the responses it continued, oldest first, ending
+        with it: the context its request saw. `ResponseNotFound` as `get`; a response of
+        the chain deleted or expired since is left out (its items are gone)."""
+        return await self._guarded(lambda: self._context(owner, response_id))
+
     async def delete(self, owner: str, response_id: str) -> None:
         """Delete the owner's response; `ResponseNotFound` as `get`. Responses that
         continue it stay, but can no longer be continued (their chain misses it)."""
@@ -268,6 +274,30 @@ class ResponseStore:
             if an_id not in found:
                 raise ResponseNotFound(an_id, param="previous_response_id")
         return [found[an_id] for an_id in ids]
+
+    async def _context(self, owner: str, response_id: str) -> list[StoredResponse]:
+        if len(response_id) > RESPONSE_ID_CHARS:
+            raise ResponseNotFound(response_id)
+        engine = await self._readable(response_id)
+        async with engine.connect() as conn:
+            head = await conn.execute(
+                select(_table.c.ancestors).where(self._mine(owner, response_id))
+            )
+            ancestors = head.scalar()
+            if ancestors is None:
+                raise ResponseNotFound(response_id)
+            ids = [*_ids.decode(ancestors), response_id]
+            rows = await conn.execute(
+                select(_table).where(
+                    _table.c.id.in_(ids)
+                    & (_table.c.owner == owner)
+                    & (_table.c.created_at >= self._cutoff())
+                )
+            )
+            found = {row.id: _stored(row) for row in rows}
+        if response_id not in found:  # deleted between the two reads
+            raise ResponseNotFound(response_id)
+        return [found[an_id] for an_id in ids if an_id in found]
 
     async def _delete(self, owner: str, response_id: str) -> None:
         if len(response_id) > RESPONSE_ID_CHARS:

@@ -153,8 +153,15 @@ async def test_a_stored_chain_with_a_function_call_in_the_middle(
         # The stored Response is the one that was returned.
         stored = await http.get(f"{URL}/{third.json()['id']}", headers=me)
         assert stored.json() == third.json()
-        listed = await http.get(f"{URL}/{third.json()['id']}/input_items", headers=me)
-        assert [item["type"] for item in listed.json()["data"]] == ["function_call_output"]
+        # Its input items are the context it saw: the chain's items, then its own.
+        listed = await http.get(f"{URL}/{third.json()['id']}/input_items?order=asc", headers=me)
+        assert [item["type"] for item in listed.json()["data"]] == [
+            "message",
+            "message",
+            "message",
+            "function_call",
+            "function_call_output",
+        ]
         unstored = await http.post(
             URL, json={"model": "scripted", "input": "x", "store": False}, headers=me
         )
