@@ -28,6 +28,7 @@ from app.error_handlers import exception_handlers
 from app.loop_lag import LoopLagMonitor
 from app.observability import context, logs
 from app.observability.batch_metrics import BatchCollector
+from app.observability.fairness_metrics import FairnessCollector
 from app.observability.metrics import ServerMetrics, UsageWriterCollector
 from app.observability.middleware import RequestObserver
 from app.observability.stop_stacks import dump_stacks_if_stop_stalls
@@ -35,6 +36,7 @@ from app.observability.warm_metrics import WarmMetrics
 from app.openapi import openapi_json
 from app.routes.admin import admin_router
 from app.routes.admin_batches import admin_batches_router
+from app.routes.admin_fairness import admin_fairness_router
 from app.routes.admin_keys import admin_keys_router
 from app.routes.admin_models import admin_models_router
 from app.routes.batches import batch_routes
@@ -58,6 +60,7 @@ from app.services.background_setup import build_background
 from app.services.batch_setup import build_batches
 from app.services.chat import ChatService
 from app.services.completions import CompletionService
+from app.services.fairness import FairnessView
 from app.services.images import ImageLimits, ImageLoader
 from app.services.messages import MessagesService
 from app.services.responses import ResponsesService
@@ -173,6 +176,9 @@ def create_app(
         services, batch_runner, tenant_data, response_store, tenancy.store
     )
     server_metrics.registry.register(BatchCollector(batch_runner))
+    # How each engine shares itself between tenants (/admin/fairness, /metrics).
+    services["fairness"] = fairness = FairnessView(models, settings.fair_share)
+    server_metrics.registry.register(FairnessCollector(fairness))
     app = Litestar(
         route_handlers=[
             create_chat_completion,
@@ -198,6 +204,7 @@ def create_app(
             admin_models_router(settings.resolved_admin_key()),
             *batch_routes,
             admin_batches_router(settings.resolved_admin_key()),
+            admin_fairness_router(settings.resolved_admin_key()),
         ],
         middleware=[lambda app: AuthMiddleware(app, tenancy)],
         dependencies={name: _provide(service) for name, service in services.items()},

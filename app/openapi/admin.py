@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.openapi.common import MODEL_ID, STATUS_OBJECT, Route
 from app.routes.admin_keys import KeyChanges
+from app.schemas.fairness import FairnessList
 
 ADMIN_ERRORS = ("400", "401", "403")
 KEY_ID = ("key_id", "path", {"type": "string"})
@@ -90,6 +91,14 @@ ROUTES = (
             ("after", "query", {"type": "string"}),
             ("limit", "query", {"type": "integer"}),
         ),
+    ),
+    Route(
+        "get",
+        "/admin/fairness",
+        "Each model's tenants: engine service, weight, share of the last minute (admin key)",
+        ok=FairnessList,
+        errors=("401", "403", "404"),
+        params=(("model", "query", {"type": "string"}),),
     ),
     Route(
         "get",
