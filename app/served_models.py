@@ -62,6 +62,7 @@ def engine_config(
     """What `build_engine` builds, also what the command launches a shared engine core
     from (the frontends then build the same one)."""
     from engine.checkpoint import resolve_model
+    from engine.fairness import shares_file
     from engine.families import get as get_family
     from engine.templates import load_template_file
     from engine.vllm_backend.config import EngineConfig
@@ -88,9 +89,10 @@ def engine_config(
         bind_cpu_threads(settings, engines)
     if os.path.isdir(model_path):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    served_names = settings.served_model_name or (default_name,)
     config = EngineConfig(
         model=model_path,
-        served_names=settings.served_model_name or (default_name,),
+        served_names=served_names,
         dtype=settings.dtype or ("auto" if on_gpu else "float32"),
         max_model_len=settings.max_model_len,
         enforce_eager=(not on_gpu) if settings.enforce_eager is None else settings.enforce_eager,
@@ -112,6 +114,8 @@ def engine_config(
         grammar_warmup=settings.grammar_warmup,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
+        fair_share=settings.fair_share,
+        fairness_shares_path=str(shares_file(served_names[0])),
     )
     return config
 

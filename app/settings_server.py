@@ -143,6 +143,16 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             parse=_auto_bool,
         ),
     ] = "auto"
+    fair_share: Annotated[
+        bool,
+        Flag(
+            "share the engine fairly between clients (keys): its waiting requests run "
+            "least-served client first, a busy client's long prompts are held to its share "
+            "of each engine step, and the most-served client's requests are preempted "
+            "first when memory runs short (docs: Fair share); `false`: vLLM's priority "
+            "scheduler, first come first served within a priority"
+        ),
+    ] = True
     engine_metrics: Annotated[
         bool,
         Flag(

@@ -8,9 +8,11 @@ cap and KV budget, and a ticket is admitted against its own model's only. A mode
 whose best ticket does not fit waits, and the others go on: a burst for one model
 never holds back a request for another that has room.
 
-Order: lower `priority` first (as in vLLM: lower means sooner), then the client with
-the fewest requests running (so one busy client cannot starve the others), then the
-one with the fewest queued (a flood waits behind a client's single request), then
+Order: lower `priority` first (as in vLLM: lower means sooner), then the client the
+engine has served least (its service counter, engine.fairness: prompt tokens as it is
+admitted, output tokens as it ends, divided by its weight; a client back from idle
+starts level with the least served active one), then the one with the fewest requests
+running, then the fewest queued (a flood waits behind a client's single request), then
 arrival. A request runs only if it fits both its model's concurrency cap and KV token
 budget; a model's best ticket is never skipped for another of the same model, so a
 large request cannot be starved by a stream of small ones. A request larger than its
@@ -45,6 +47,7 @@ from typing import Any
 from engine.admission.policy import Policy
 from engine.checks import default_output_tokens, estimate_prompt_tokens
 from engine.errors import AdmissionRejected, NeverFits
+from engine.fairness import ServiceLedger
 
 QUEUE_RESERVE_DIVISOR = 4  # a quarter of the queue is held for clients short of their part
 RUNNING_RESERVE_DIVISOR = 8  # an eighth of the cap and the KV budget: for idle clients
@@ -66,6 +69,7 @@ class Ticket:
     deadline: float  # when waiting in the queue gives up
     prompt_tokens: int = 0  # of `tokens`, the prompt: prefill work until its first output
     model: str = ""  # the served model (its engine) whose budget it runs against
+    weight: float = 1.0  # its client's share against other clients' (engine.fairness)
 
 
 @dataclass(slots=True)
@@ -118,6 +122,9 @@ class AdmissionQueue:
         self.models: dict[str, ModelLoad] = {}
         self._prefilling: dict[int, Ticket] = {}
         self._prefill_by_client: Counter[tuple[str, str]] = Counter()
+        # Each client's service so far (engine.fairness): the least served ranks first.
+        self.service = ServiceLedger()
+        self.now = 0.0  # the runtime's clock, for the ledger's last-minute shares
         self._running_by_client: Counter[str] = Counter()
         self._waiting_by_client: Counter[str] = Counter()
 
@@ -158,9 +165,11 @@ class AdmissionQueue:
             raise NeverFits(ticket.tokens, budget)
         # Another model's waiting tickets wait for their own engine's room, not this one.
         if not load.waiting and self._fits(ticket, cap, total_cap, load):
+            self.service.arrive(ticket.client, ticket.weight)
             self._start(ticket)
             return True
         self._check_room(ticket.client)
+        self.service.arrive(ticket.client, ticket.weight)
         self.waiting.append(ticket)
         self._waiting_by_client[ticket.client] += 1
         load.waiting += 1
@@ -176,12 +185,15 @@ class AdmissionQueue:
         if self._prefill_by_client[key] <= 0:
             del self._prefill_by_client[key]
 
-    def release(self, ticket_id: int) -> None:
+    def release(self, ticket_id: int, output_tokens: int = 0) -> None:
+        """The ticket's generation ended, having produced `output_tokens`."""
         if self._prefilling:
             self.prefilled(ticket_id)
         ticket = self.running.pop(ticket_id, None)
         if ticket is None:
             return
+        self.service.charge(ticket.client, self.now, output=output_tokens)
+        self.service.leave(ticket.client, self.now)
         load = self.models[ticket.model]
         load.running -= 1
         load.tokens_in_use -= ticket.tokens
@@ -218,9 +230,11 @@ class AdmissionQueue:
 
     def expire(self, now: float) -> list[Ticket]:
         """Drop queued tickets whose deadline passed."""
+        self.service.forget_idle(now)
         expired = [t for t in self.waiting if t.deadline <= now]
         for ticket in expired:
             self._unqueue(ticket)
+            self.service.leave(ticket.client, now)
         return expired
 
     def withdraw(self, ticket_id: int) -> bool:
@@ -228,6 +242,7 @@ class AdmissionQueue:
         for ticket in self.waiting:
             if ticket.id == ticket_id:
                 self._unqueue(ticket)
+                self.service.leave(ticket.client, self.now)
                 return True
         return False
 
@@ -244,6 +259,8 @@ class AdmissionQueue:
 
     def clear_waiting(self) -> list[Ticket]:
         dropped, self.waiting = self.waiting, []
+        for ticket in dropped:
+            self.service.leave(ticket.client, self.now)
         self._waiting_by_client.clear()
         for load in self.models.values():
             load.waiting = 0
@@ -280,10 +297,11 @@ class AdmissionQueue:
             retry_after_s=1.0,
         )
 
-    def _rank(self, ticket: Ticket) -> tuple[int, int, int, float, int]:
+    def _rank(self, ticket: Ticket) -> tuple[int, float, int, int, float, int]:
         client = ticket.client
         running, queued = self._running_by_client[client], self._waiting_by_client[client]
-        return (ticket.priority, running, queued, ticket.arrived, ticket.id)
+        served = self.service.counter(client)
+        return (ticket.priority, served, running, queued, ticket.arrived, ticket.id)
 
     def _fits(
         self, ticket: Ticket, cap: int, total_cap: int = 0, load: ModelLoad | None = None
@@ -318,6 +336,7 @@ class AdmissionQueue:
         return bool(budget) and pending + ticket.prompt_tokens > budget
 
     def _start(self, ticket: Ticket) -> None:
+        self.service.charge(ticket.client, self.now, prompt=ticket.prompt_tokens)
         self.running[ticket.id] = ticket
         if ticket.prompt_tokens:
             self._prefilling[ticket.id] = ticket

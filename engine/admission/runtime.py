@@ -315,6 +315,7 @@ class AdmissionController:
             for listener in self.interactive_arrived:
                 listener(ticket.model)
         ticket.arrived, ticket.deadline = now, now + self.policy.queue_timeout_s
+        self.queue.now = now
         try:
             started = self.queue.offer(ticket, self._cap(), self._total_cap())
         except AdmissionRejected as exc:
@@ -346,7 +347,8 @@ class AdmissionController:
 
     def _release(self, lease: Lease) -> None:
         self._leases.pop(lease.ticket.id, None)
-        self.queue.release(lease.ticket.id)
+        self.queue.now = self._clock()
+        self.queue.release(lease.ticket.id, lease.output_tokens)
         self.counters["drained_ended" if lease.revoked else "completed"] += 1
         if self.machine.state is State.DRAINING:
             # The last request out ends the drain at once, not at the next sample.

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import EngineFailure
+from engine.fairness import CONFIG_KEY
 from engine.families import Family, for_model
 
 
@@ -77,6 +78,15 @@ class EngineConfig:
     enable_prefix_caching: bool | None = None
     # Set: connect to a shared engine core as this frontend instead of starting one.
     frontend: Frontend | None = None
+    # The engine's waiting queue ordered by each tenant's service (engine.fairness) and
+    # its heavy tenants' prefills held to their share of a step; False: vLLM's own
+    # priority scheduler (tier, then arrival).
+    fair_share: bool = True
+    # Where the engine core publishes its tenants' shares once a second (None: nowhere).
+    fairness_shares_path: str | None = None
+    # Prompt tokens one request may compute in a step where a less-served client waits
+    # (engine.vllm_backend.fair_scheduler); None: the scheduler's default.
+    contended_chunk: int | None = None
 
     @property
     def family_record(self) -> Family | None:
@@ -118,7 +128,22 @@ def engine_args(config: EngineConfig) -> Any:
         # request waiting in the engine never goes before an interactive one, and is
         # the first preempted when the KV cache runs short.
         scheduling_policy="priority",
+        **fair_scheduling(config),
     )
+
+
+FAIR_SCHEDULER = "engine.vllm_backend.fair_scheduler.FairScheduler"
+
+
+def fair_scheduling(config: EngineConfig) -> dict[str, Any]:
+    """The fair scheduler (by name: the engine core imports it in its own process) and
+    its settings, which reach that process in vLLM's `additional_config`."""
+    if not config.fair_share:
+        return {}
+    settings: dict[str, Any] = {"shares_path": config.fairness_shares_path}
+    if config.contended_chunk is not None:
+        settings["contended_chunk"] = config.contended_chunk
+    return {"scheduler_cls": FAIR_SCHEDULER, "additional_config": {CONFIG_KEY: settings}}
 
 
 def scheduler_limits(config: EngineConfig) -> dict[str, Any]:

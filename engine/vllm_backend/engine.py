@@ -28,6 +28,7 @@ from engine.checks import (
     truncated,
 )
 from engine.errors import EngineFailure, EngineRequestError
+from engine.fairness import tenant_args
 from engine.families import Family
 from engine.offload import off_loop
 from engine.protocol import (
@@ -355,6 +356,7 @@ class VLLMEngine:
         if params is None:
             params = self._sampling_params(sampling, plan.max_tokens)
         params.structured_outputs = plan.constraint
+        params.extra_args = tenant_args(request.client, request.weight)
         top_k = sampling.logprobs or 0
         conversion = OutputConversion(
             parsing, top_k, self._tool_request(request), self._tool_parser, self._tokenizer

@@ -257,3 +257,48 @@ def test_a_client_waiting_on_its_prefills_steps_aside() -> None:
     assert q.admit_ready(cap=10) == [victim_next]
     q.prefilled(flood.id)
     assert q.admit_ready(cap=10) == [queued_flood]
+
+
+def prompt_ticket(client: str, prompt: int, weight: float = 1.0) -> Ticket:
+    return Ticket(next(_ids), client, 0, prompt, 0.0, 30.0, prompt, "", weight)
+
+
+def test_the_least_served_client_goes_first_whatever_its_counts() -> None:
+    q = queue(max_concurrent=2)
+    q.offer(prompt_ticket("light", 10), cap=2)  # runs: 10 prompt tokens of service
+    q.offer(prompt_ticket("heavy", 1000), cap=2)  # runs: level with light, then 1000 more
+    heavy_next = prompt_ticket("heavy", 10)
+    light_next = prompt_ticket("light", 10)
+    assert q.offer(heavy_next, cap=2) is False  # queued first
+    assert q.offer(light_next, cap=2) is False
+    # Both have one running and one queued: the counts tie, the service does not.
+    q.release(next(t.id for t in q.running.values() if t.client == "heavy"))
+    assert q.admit_ready(cap=2) == [light_next]
+
+
+def test_output_tokens_count_as_the_ticket_ends_and_weights_divide() -> None:
+    q = queue(max_concurrent=4)
+    first = prompt_ticket("a", 10)
+    second = prompt_ticket("b", 10, weight=2.0)
+    q.offer(first, cap=4)
+    q.offer(second, cap=4)
+    q.release(first.id, output_tokens=100)
+    q.release(second.id, output_tokens=100)
+    assert q.service.counter("a") == pytest.approx(10 + 200)
+    # b came while a was active, level with a's 10 then; its own service counts half.
+    assert q.service.counter("b") == pytest.approx(10 + (10 + 200) / 2)
+
+
+def test_every_way_out_of_the_queue_ends_a_clients_activity() -> None:
+    q = queue(max_concurrent=1)
+    q.offer(prompt_ticket("runner", 10), cap=1)
+    left = prompt_ticket("leaves", 10)
+    expires = Ticket(next(_ids), "expires", 0, 10, 0.0, 1.0, 10)
+    q.offer(left, cap=1)
+    q.offer(expires, cap=1)
+    q.withdraw(left.id)
+    q.expire(5.0)
+    assert q.service.tenants["leaves"].active == 0
+    assert q.service.tenants["expires"].active == 0
+    q.release(next(iter(q.running)))
+    assert q.service.tenants["runner"].active == 0
