@@ -215,11 +215,52 @@ def shares_file(model: str) -> Path:
     return Path(folder) / f"shares-{name}.json"
 
 
-def write_shares(path: str | Path, shares: list[TenantShare], now: float) -> None:
-    """Publish `shares` where another process reads them (`read_shares`): a whole file
-    or none, never half of one."""
+@dataclass(frozen=True, slots=True)
+class StepTimes:
+    """The engine's steps over the last minute: how long a request that arrives during
+    one waits for it to end, at most."""
+
+    count: int = 0
+    mean_s: float = 0.0
+    p95_s: float = 0.0
+    max_s: float = 0.0
+
+
+class StepClock:
+    """Times the engine's steps, each from one `schedule` to the next (the step it
+    scheduled ran in between), counting only steps that scheduled work."""
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self._steps: deque[tuple[float, float]] = deque()  # (end, seconds)
+
+    def scheduled(self, now: float, busy: bool) -> None:
+        if self._last is not None:
+            self._steps.append((now, now - self._last))
+        self._last = now if busy else None
+        while self._steps and self._steps[0][0] < now - WINDOW_S:
+            self._steps.popleft()
+
+    def times(self) -> StepTimes:
+        durations = sorted(seconds for _, seconds in self._steps)
+        if not durations:
+            return StepTimes()
+        p95 = durations[min(len(durations) - 1, int(0.95 * len(durations)))]
+        mean = sum(durations) / len(durations)
+        return StepTimes(len(durations), round(mean, 4), round(p95, 4), round(durations[-1], 4))
+
+
+def write_shares(
+    path: str | Path, shares: list[TenantShare], now: float, steps: StepTimes | None = None
+) -> None:
+    """Publish `shares` (and the engine's step times) where another process reads them
+    (`read_shares`, `read_steps`): a whole file or none, never half of one."""
     target = Path(path)
-    payload = {"time": now, "tenants": [asdict(s) for s in shares]}
+    payload = {
+        "time": now,
+        "tenants": [asdict(s) for s in shares],
+        "steps": asdict(steps or StepTimes()),
+    }
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".fairness-")
     with os.fdopen(fd, "w") as out:
         json.dump(payload, out)
@@ -233,3 +274,12 @@ def read_shares(path: str | Path) -> tuple[float, list[TenantShare]]:
     except (OSError, ValueError):
         return 0.0, []
     return float(payload["time"]), [TenantShare(**row) for row in payload["tenants"]]
+
+
+def read_steps(path: str | Path) -> StepTimes:
+    """The engine's step times last published at `path`."""
+    try:
+        payload = json.loads(Path(path).read_text())
+        return StepTimes(**payload["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return StepTimes()

@@ -37,6 +37,7 @@ from engine.fairness import (
     WEIGHT_ARG,
     ServiceCosts,
     ServiceLedger,
+    StepClock,
     write_shares,
 )
 
@@ -85,6 +86,7 @@ class FairShare:
         self.contended_chunk = int(settings.get("contended_chunk", CONTENDED_CHUNK))
         self.shares_path: str | None = settings.get("shares_path")
         self._entries: dict[str, Entry] = {}
+        self.step_clock = StepClock()
         self._published = 0.0
         self._changed = False
 
@@ -103,7 +105,10 @@ class FairShare:
         if entry is not None:
             self.ledger.leave(entry.tenant, time.time())
             self._changed = True
-        return super()._free_request(request, delay_free_blocks)  # type: ignore[misc]
+        freed = super()._free_request(request, delay_free_blocks)  # type: ignore[misc]
+        if not self._entries:  # the engine is idle now: no step will publish for a while
+            self._publish(at_once=True)
+        return freed
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         self._reprioritize()
@@ -112,6 +117,7 @@ class FairShare:
             output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
         else:
             output = self._schedule_contended(step, *args, **kwargs)
+        self.step_clock.scheduled(time.time(), bool(output.num_scheduled_tokens))
         self._charge(output)
         self._publish()
         return output
@@ -208,14 +214,16 @@ class FairShare:
             )
             self._changed = True
 
-    def _publish(self) -> None:
+    def _publish(self, at_once: bool = False) -> None:
         now = time.time()
-        if self.shares_path is None or not self._changed or now - self._published < PUBLISH_EVERY_S:
+        if self.shares_path is None or not self._changed:
+            return
+        if not at_once and now - self._published < PUBLISH_EVERY_S:
             return
         self._published, self._changed = now, False
         self.ledger.forget_idle(now)
         try:
-            write_shares(self.shares_path, self.ledger.shares(now), now)
+            write_shares(self.shares_path, self.ledger.shares(now), now, self.step_clock.times())
         except OSError:
             self.shares_path = None  # its folder went away: the server is stopping
 

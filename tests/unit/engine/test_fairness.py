@@ -11,7 +11,10 @@ from engine.fairness import (
     SHARES_DIR_ENV,
     ServiceCosts,
     ServiceLedger,
+    StepClock,
+    StepTimes,
     read_shares,
+    read_steps,
     shares_file,
     tenant_args,
     write_shares,
@@ -105,3 +108,19 @@ def test_shares_reach_another_reader_whole(tmp_path: Path, monkeypatch: pytest.M
 def test_tenant_args_name_the_tenant_and_weight() -> None:
     assert tenant_args("key:abc", 2) == {"lilac_tenant": "key:abc", "lilac_weight": 2.0}
     assert tenant_args(None, 1.0)["lilac_tenant"] == "-"
+
+
+def test_steps_are_timed_schedule_to_schedule_while_busy(tmp_path: Path) -> None:
+    clock = StepClock()
+    clock.scheduled(0.0, busy=True)
+    clock.scheduled(0.5, busy=True)  # the first step took 0.5 s
+    clock.scheduled(0.7, busy=False)  # the second 0.2 s; nothing scheduled now
+    clock.scheduled(9.0, busy=True)  # an idle gap is no step
+    clock.scheduled(10.0, busy=True)
+    times = clock.times()
+    assert (times.count, times.max_s) == (3, 1.0)
+    assert times.mean_s == pytest.approx((0.5 + 0.2 + 1.0) / 3, abs=1e-3)
+    path = tmp_path / "shares.json"
+    write_shares(path, [], 10.0, times)
+    assert read_steps(path) == times
+    assert read_steps(tmp_path / "missing.json") == StepTimes()
