@@ -10,7 +10,7 @@ ENGINE_EXTRA := $(shell test -e /dev/nvidia0 && echo gpu || echo cpu)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install model postgres serve test lint format docs bench bench-save load soak burst attacks fleet-demo warm-bench clean
+.PHONY: install model postgres serve test lint format docs bench bench-save load soak burst attacks fair-share fleet-demo warm-bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -111,6 +111,14 @@ burst: model
 ATTACK_ARGS ?=
 attacks: model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m perf attacks $(ATTACK_ARGS)
+
+# Fair share between keys (about 30 minutes; see perf/scenarios/fair_share.py): backlogged
+# keys' output-token shares (equal weights, weights 2 and 1), a key back from idle, and
+# fair against first-come-first-served throughput and TTFT. FAIR_ARGS adds options
+# (--seconds, --scenarios, --rounds, --server-args).
+FAIR_ARGS ?=
+fair-share: model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m perf fair-share $(FAIR_ARGS)
 
 # Two replicas on the default model behind sglang-router; one owner comes back mid-load
 # (minutes; prints the figures; see docs/fleet.md). FLEET_ARGS adds options.

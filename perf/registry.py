@@ -16,6 +16,7 @@ SCENARIOS: dict[str, str] = {
     "burst": "perf.load.burst",
     "compare": "perf.micro.compare",
     "costs": "perf.load.costs",
+    "fair-share": "perf.scenarios.fair_share",
     "fleet": "perf.scenarios.fleet",
     "fleet-limits": "perf.micro.fleet_limits",
     "frontend-ceiling": "perf.load.frontend_ceiling",
