@@ -33,6 +33,7 @@ SCENARIOS: dict[str, str] = {
     "scripted-app": "perf.harness.scripted_app",
     "soak": "perf.soak.run",
     "structured": "perf.scenarios.structured_bench",
+    "token-costs": "perf.scenarios.token_costs",
     "two-model-burst": "perf.scenarios.two_model_burst",
     "warm": "perf.scenarios.warm",
     "warm-alternating": "perf.scenarios.warm_alternating",

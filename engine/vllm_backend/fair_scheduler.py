@@ -8,11 +8,12 @@ Each request carries its tenant and weight in its sampling parameters' `extra_ar
   (`effective_priority`): the waiting queue runs the least-served tenant first, and
   when the KV cache runs short vLLM preempts the request with the largest priority,
   which is now the most-served tenant's (within the lowest tier);
-- a running request still prefilling whose tenant has been served more than a waiting
-  request's tenant sits out the step when the step's token budget, given lightest
-  first, has no room left for it (`held_prefills`): vLLM gives running requests the
-  budget before any waiting one, so without this a heavy tenant's long prompts would
-  hold every step.
+- when the best waiting request's tenant has been served less than another tenant
+  with prompt work pending, the step runs short (`_contended_step`): every prompt in
+  it at most `contended_chunk` tokens, the other tenants' running prefills held out
+  but one. vLLM gives running requests the step's token budget before any waiting
+  one, so without this a heavy tenant's long prompts would fill every step, and a
+  light tenant's first token would wait for steps of thousands of prompt tokens.
 
 After every step each scheduled request's tokens are charged to its tenant: the tokens
 computed for its prompt, one output token when the step samples one, and on its first
@@ -41,16 +42,21 @@ from engine.fairness import (
     write_shares,
 )
 
-COUNTER_SPAN = 1 << 48  # a tier's room for counters in one priority integer
+ACTIVE_SPAN = 1 << 6  # a counter's room for its tenant's requests in the engine
+COUNTER_LIMIT = 1 << 42  # weighted tokens; a server's lifetime of them fits
+COUNTER_SPAN = COUNTER_LIMIT * ACTIVE_SPAN  # a tier's room in one priority integer
 PUBLISH_EVERY_S = 1.0
 # Prompt tokens a prefill may compute in a step where a less-served client's request
 # waits: the step stays short, so that request's first token comes soon.
 CONTENDED_CHUNK = 256
 
 
-def effective_priority(base: int, counter: float) -> int:
-    """One integer for vLLM (lower runs sooner): the tier first, then the counter."""
-    return base * COUNTER_SPAN + min(max(int(counter), 0), COUNTER_SPAN - 1)
+def effective_priority(base: int, counter: float, active: int) -> int:
+    """One integer for vLLM (lower runs sooner): the tier first, then the counter, then,
+    between tenants level on their counters (one just back from idle is lifted level
+    with the least served), the one with fewer requests in the engine."""
+    served = min(max(int(counter), 0), COUNTER_LIMIT - 1)
+    return base * COUNTER_SPAN + served * ACTIVE_SPAN + min(max(active, 0), ACTIVE_SPAN - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +103,7 @@ class FairShare:
             tenant, weight = _tenant_of(request)
             self._entries[request.request_id] = Entry(tenant, request.priority)
             self.ledger.arrive(tenant, weight)
-            request.priority = effective_priority(request.priority, self.ledger.counter(tenant))
+            request.priority = self._priority_of(request.priority, tenant)
         super().add_request(request)  # type: ignore[misc]
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
@@ -158,38 +164,53 @@ class FairShare:
         entry = self._entries.get(request.request_id)
         if entry is None:
             return False
-        priority = effective_priority(entry.base, self.ledger.counter(entry.tenant))
+        priority = self._priority_of(entry.base, entry.tenant)
         if priority == request.priority:
             return False
         request.priority = priority
         return True
 
+    def _priority_of(self, base: int, tenant: str) -> int:
+        state = self.ledger.tenants.get(tenant)
+        active = state.active if state is not None else 0
+        return effective_priority(base, self.ledger.counter(tenant), active)
+
     def _contended_step(self) -> ContendedStep | None:
-        """The plan of a step in which a waiting request outranks a running prefill (see
-        module), or None when none does. The step then runs short: every prefill in it
-        at most `contended_chunk` tokens, the running prefills ranked below the best
-        such waiting request held out but the first of them, and a token budget of the
-        decodes, those prefills' chunks and the outranking requests' chunks."""
-        prefills = [r for r in self.running if _prefilling(r)]
+        """The plan of a step in which the best waiting request's tenant has been served
+        less than another tenant with prompt work pending (running prefills or waiting
+        requests), or None. The step then runs short (see module): every prompt in it at
+        most `contended_chunk` tokens; that tenant's waiting requests, the prefills
+        ranked ahead of them and one chunk of the others' prompt work in the budget; the
+        other running prefills held out."""
         seats = self.max_num_active_reqs - len(self.running)
-        if not prefills or seats <= 0 or not self.waiting:
+        if seats <= 0 or not self.waiting:
             return None
-        last = max(_rank(r) for r in prefills)
-        ahead_of_prefills: list[Request] = []
+        waiting: list[Request] = []
         for request in self.waiting:  # best first
-            if len(ahead_of_prefills) >= seats or _rank(request) >= last:
+            if len(waiting) >= seats:
                 break
-            ahead_of_prefills.append(request)
-        if not ahead_of_prefills:
-            return None
-        chunk = self.contended_chunk
-        cutoff = _rank(ahead_of_prefills[0])
+            waiting.append(request)
+        best = waiting[0]
+        tenant = self._tenant(best)
+        lightest = [r for r in waiting if self._tenant(r) == tenant]
+        prefills = [r for r in self.running if _prefilling(r)]
+        cutoff = _rank(best)
+        ahead = [r for r in prefills if _rank(r) < cutoff]
         behind = sorted((r for r in prefills if _rank(r) >= cutoff), key=_rank)
-        kept = [r for r in prefills if _rank(r) < cutoff] + behind[:1]
+        if not behind and len(lightest) == len(waiting):
+            return None  # nobody else's prompt work waits: nothing to be fair about
+        chunk = self.contended_chunk
         decodes = len(self.running) - len(prefills)
-        planned = sum(_chunk_of(r, chunk) for r in kept + ahead_of_prefills)
+        kept = ahead + behind[:1]
+        planned = sum(_chunk_of(r, chunk) for r in kept + lightest)
+        if not behind:  # the others' work is all waiting: one chunk of it goes on
+            planned += chunk
         budget = min(decodes + planned, self.max_num_scheduled_tokens)
         return ContendedStep(held=behind[1:], token_budget=budget, chunk=chunk)
+
+    def _tenant(self, request: Request) -> str:
+        entry = self._entries.get(request.request_id)
+        return entry.tenant if entry is not None else UNNAMED
 
     # The ledger
 
