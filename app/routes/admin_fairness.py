@@ -19,7 +19,8 @@ FairnessDep = Annotated[FairnessView, Dependency(skip_validation=True)]  # `fair
 @get("/fairness")
 async def admin_fairness(fairness: FairnessDep, model: str | None = None) -> FairnessList:
     """Each model's tenants: service counter, weight, requests in the engine, share of
-    the last minute, tokens and engine queue wait; `stale` when the snapshot is old."""
+    the last minute, tokens and engine queue wait; the engine's step times over the last
+    minute (`engine_steps`); `stale` when the snapshot is old."""
     return fairness.report(model)
 
 

@@ -22,6 +22,16 @@ class TenantFairness(Struct):
     engine_queue_wait_s: float  # mean wait in the engine's queue over the last minute
 
 
+class EngineSteps(Struct):
+    """The engine's steps over the last minute, each timed from one schedule call to the
+    next while busy: a request that arrives during a step waits for it to end."""
+
+    count: int
+    mean_s: float
+    p95_s: float
+    max_s: float
+
+
 class ModelFairness(Struct):
     model: str
     fair_share: bool  # the fair scheduler is on (`--fair-share`)
@@ -29,6 +39,7 @@ class ModelFairness(Struct):
     # The snapshot is old (over a few seconds while the model has requests) or missing.
     stale: bool
     tenants: list[TenantFairness]  # heaviest share first
+    engine_steps: EngineSteps  # all zero: none in the last minute, or none published
 
 
 class FairnessList(Struct):

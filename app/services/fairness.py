@@ -1,5 +1,6 @@
 """How the engine shares itself between tenants, as its fair scheduler last published it
-(engine.fairness): for GET /admin/fairness and the `lilac_fair_share_` series.
+(engine.fairness), and its step times: for GET /admin/fairness and the
+`lilac_fair_share_` series.
 
 The engine core publishes a small file per model about once a second while anything
 changes, at a path every process of the server agrees on (`LILAC_FAIRNESS_DIR`), so any
@@ -12,10 +13,17 @@ import os
 import time
 from collections.abc import Callable
 
-from app.schemas.fairness import FairnessList, ModelFairness, TenantFairness
+from app.schemas.fairness import EngineSteps, FairnessList, ModelFairness, TenantFairness
 from app.services.sampling import resolve_model
 from app.storage.database import ANONYMOUS_OWNER
-from engine.fairness import SHARES_DIR_ENV, TenantShare, read_shares, shares_file
+from engine.fairness import (
+    SHARES_DIR_ENV,
+    StepTimes,
+    TenantShare,
+    read_shares,
+    read_steps,
+    shares_file,
+)
 from engine.protocol import DEFERRED_PREFIX
 from engine.warm.model import WarmModel
 from engine.warm.pool import ModelPool
@@ -44,6 +52,17 @@ def published(model: str) -> tuple[float, list[TenantShare]]:
     if not os.environ.get(SHARES_DIR_ENV):
         return 0.0, []
     return read_shares(shares_file(model))
+
+
+def published_steps(model: str) -> EngineSteps:
+    """The step times the engine of `model` last published; zeros when none."""
+    steps = read_steps(shares_file(model)) if os.environ.get(SHARES_DIR_ENV) else StepTimes()
+    return EngineSteps(
+        count=int(steps.count),
+        mean_s=float(steps.mean_s),
+        p95_s=float(steps.p95_s),
+        max_s=float(steps.max_s),
+    )
 
 
 def is_stale(published_at: float, busy: bool, now: float) -> bool:
@@ -87,6 +106,7 @@ class FairnessView:
             published_at=published_at or None,
             stale=is_stale(published_at, busy, self.clock()),
             tenants=[tenant_row(s) for s in shares],
+            engine_steps=published_steps(model.name),
         )
 
     def report(self, name: str | None = None) -> FairnessList:

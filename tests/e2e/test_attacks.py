@@ -1,7 +1,9 @@
 """The attack matrix, short: a real server with `--auth keys` (the session's
-`keys_server`), one key flooding while another sends one request a second
-(perf/scenarios/attacks.py; `make attacks` runs it long). Whatever the attacker sends,
-the victim is never refused and the engine ends clean."""
+`keys_server`), one key flooding while another sends a short request about once a
+second (perf/scenarios/attacks.py; `make attacks` runs it long). Whatever the attacker
+sends, the victim is never refused and the engine ends clean; the victim's TTFT is split
+into admission's wait (its access lines), the engine's wait and step times (the fair
+scheduler's, on /admin/fairness) and the rest."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ import asyncio
 import httpx
 import pytest
 
-from perf.scenarios.attacks import Target, alone, attacks, run_attack, target_on
+from perf.scenarios.attacks import Pace, Row, Target, alone, attacks, run_attack, target_on
 from tests.e2e.conftest import ADMIN_KEY, KeysServer
 
 pytestmark = pytest.mark.e2e
-SECONDS = 4.0
+# A few victim requests a row, none started after 4 s (under `rag` on this CPU, one
+# victim request takes longer than that: it sends one).
+PACE = Pace(requests=4, interval_s=1.0, seconds=4.0)
 
 
 @pytest.fixture(scope="module")
@@ -23,21 +27,44 @@ def target(keys_server: KeysServer) -> Target:
     return target_on(keys_server.server, ADMIN_KEY)
 
 
-def test_the_victim_alone(target: Target) -> None:
-    row = asyncio.run(alone(target, SECONDS))
-    assert row.victim_refusals == 0, row.victim_errors
-    assert row.ttft_p50_ms is not None and row.unfinished_after == 0
+@pytest.fixture(scope="module")
+def baseline(target: Target) -> Row:
+    return asyncio.run(alone(target, PACE))
+
+
+def test_the_victim_alone(baseline: Row) -> None:
+    assert baseline.victim_refusals == 0, baseline.victim_errors
+    assert baseline.victim_requests == 4 and baseline.unfinished_after == 0
+    p50, p95, p99 = baseline.ttft_p50_ms, baseline.ttft_p95_ms, baseline.ttft_p99_ms
+    assert p50 is not None and p95 is not None and p99 is not None
+    assert p50 <= p95 <= p99 and baseline.ttft_mean_ms is not None
+    # Every request of the victim's had its admission wait logged (alone: short).
+    assert baseline.admission_wait_ms is not None and baseline.admission_wait_ms < 1000
+    # The fair scheduler (on by default) published the victim's engine wait and steps.
+    assert baseline.engine_wait_ms is not None and baseline.engine_steps is not None
+    assert baseline.engine_steps["count"] > 0 and baseline.engine_steps["p95_ms"] > 0
+    assert baseline.rest_ms is not None
+    assert baseline.goal_met is None  # nothing to judge alone against
 
 
 # `long_prompts` is left to the script: on this CPU its prefills alone take over a minute
 # to drain, and the queue rules it exercises are the same as `prompts64`'s.
-@pytest.mark.parametrize("name", ["prompts64", "streams256", "largest", "bad_requests"])
-def test_an_attack_never_refuses_the_victim(target: Target, name: str) -> None:
-    row = asyncio.run(run_attack(target, attacks(target)[name], SECONDS))
+@pytest.mark.parametrize("name", ["rag", "prompts64", "streams256", "largest", "bad_requests"])
+def test_an_attack_never_refuses_the_victim(target: Target, baseline: Row, name: str) -> None:
+    row = asyncio.run(run_attack(target, attacks(target)[name], PACE, baseline))
     assert row.victim_refusals == 0, row.victim_errors
     assert row.ttft_p50_ms is not None  # the victim's requests were answered
+    assert 1 <= row.victim_requests <= PACE.requests
     assert sum(row.attacker.values()) + row.attacker_cut > 0  # the attacker did send
     if name == "bad_requests":
         assert all(status.startswith(("400", "404")) for status in row.attacker), row.attacker
     assert row.unfinished_after == 0  # nothing left running in the engine
+    # Judged against alone: the ratios and the goal, and the split of the mean TTFT.
+    assert row.p50_vs_alone is not None and row.p95_vs_alone is not None
+    assert row.goal_met is not None and row.admission_wait_ms is not None
+    if name == "rag":
+        # The engine was busy with the attacker's prefills: its steps were published, and
+        # the victim's engine wait with them, whether or not it stayed within one step.
+        assert row.engine_steps is not None and row.engine_steps["count"] > 0
+        assert row.engine_wait_ms is not None and row.engine_wait_within_step is not None
     assert httpx.get(f"{target.url}/health", timeout=10).status_code == 200

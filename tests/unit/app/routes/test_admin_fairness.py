@@ -1,7 +1,8 @@
 """GET /admin/fairness and the `lilac_fair_share_` series, over scripted engines and a
 shares file written where a real engine core publishes its own (`write_shares` into the
 server's LILAC_FAIRNESS_DIR): each tenant as published, key ids parsed from the tenant
-names, the model filter, the admin key, the stale flag and the scraped aggregates."""
+names, the engine's step times, the model filter, the admin key, the stale flag and the
+scraped aggregates."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.services.fairness import STALE_AFTER_S, tenant_identity
 from app.settings import Settings
 from app.tenancy.db import open_database
-from engine.fairness import SHARES_DIR_ENV, TenantShare, shares_file, write_shares
+from engine.fairness import SHARES_DIR_ENV, StepTimes, TenantShare, shares_file, write_shares
 from engine.scripted import ScriptedEngine
 from engine.warm.pool import ModelPool
 from engine.warm.sleeper import PauseSleeper
@@ -33,6 +34,7 @@ SHARES = [
     TenantShare("user:alice", 0, 1, 0, 0.1, 50, 0),
     TenantShare("-", 0.0, 1.0, 0, 0.0, 0, 0.0),
 ]
+NO_STEPS = {"count": 0, "mean_s": 0.0, "p95_s": 0.0, "max_s": 0.0}
 
 
 def settings(**fields: Any) -> Settings:
@@ -48,10 +50,13 @@ def shares_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return folder
 
 
-def publish(model: str, shares: list[TenantShare], age_s: float = 0.0) -> float:
-    """Publish `shares` as the engine of `model` does, `age_s` seconds ago; when."""
+def publish(
+    model: str, shares: list[TenantShare], age_s: float = 0.0, steps: StepTimes | None = None
+) -> float:
+    """Publish `shares` (and `steps`) as the engine of `model` does, `age_s` seconds ago;
+    when."""
     when = time.time() - age_s
-    write_shares(shares_file(model), shares, when)
+    write_shares(shares_file(model), shares, when, steps)
     return when
 
 
@@ -106,7 +111,22 @@ async def test_each_model_shows_its_tenants_as_published(two_models: AppClient) 
         "published_at": None,
         "stale": True,
         "tenants": [],
+        "engine_steps": NO_STEPS,
     }
+    # Published without step times (none in the last minute): zeros.
+    assert small["engine_steps"] == NO_STEPS
+
+
+async def test_each_model_shows_its_engine_step_times(two_models: AppClient) -> None:
+    publish("small", SHARES, steps=StepTimes(count=240, mean_s=0.05, p95_s=0.125, max_s=0.5))
+    small, other = await fairness(two_models)
+    assert small["engine_steps"] == {"count": 240, "mean_s": 0.05, "p95_s": 0.125, "max_s": 0.5}
+    assert other["engine_steps"] == NO_STEPS
+    # Any of the model's names reads the same engine's; whole seconds are still floats.
+    publish("small", SHARES, steps=StepTimes(count=3, mean_s=1, p95_s=2, max_s=2))
+    (only,) = await fairness(two_models, model="small-alias")
+    assert only["engine_steps"] == {"count": 3, "mean_s": 1.0, "p95_s": 2.0, "max_s": 2.0}
+    assert isinstance(only["engine_steps"]["mean_s"], float)
 
 
 async def test_model_narrows_to_one_model_by_any_of_its_names(two_models: AppClient) -> None:
@@ -207,6 +227,7 @@ async def test_without_a_fairness_folder_nothing_is_published_or_made(
     async with app_client(ScriptedEngine(), settings()) as http:
         (model,) = await fairness(http)
         assert (model["published_at"], model["stale"], model["tenants"]) == (None, True, [])
+        assert model["engine_steps"] == NO_STEPS
         assert (await http.get("/metrics")).status_code == 200
     assert SHARES_DIR_ENV not in os.environ
 
