@@ -44,7 +44,7 @@ def ticket_for(ticket_id: int, request: GenerateRequest, model: ModelInfo) -> Ti
 class Lease:
     """One admitted generation; `revoked` once a drain's grace period has run out."""
 
-    __slots__ = ("_drained", "_prefilled", "output_tokens", "request_id", "revoked", "ticket")
+    __slots__ = ("_drained", "_prefilled", "request_id", "revoked", "ticket")
 
     def __init__(
         self,
@@ -56,7 +56,6 @@ class Lease:
         self.ticket = ticket
         self.request_id = request_id
         self.revoked = False
-        self.output_tokens = 0  # generated so far, all choices: its client's service
         self._drained = drained
         self._prefilled = prefilled  # called once, at the first output
 
@@ -87,7 +86,5 @@ async def admitted(
             async for output in outputs:
                 lease.check()
                 lease.first_output()
-                for choice in output.choices:
-                    lease.output_tokens += choice.token_count
                 yield output
         lease.check()  # the engine ended it early because admission aborted it

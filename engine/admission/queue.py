@@ -9,9 +9,9 @@ whose best ticket does not fit waits, and the others go on: a burst for one mode
 never holds back a request for another that has room.
 
 Order: lower `priority` first (as in vLLM: lower means sooner), then the client the
-engine has served least (its service counter, engine.fairness: prompt tokens as it is
-admitted, output tokens as it ends, divided by its weight; a client back from idle
-starts level with the least served active one), then the one with the fewest requests
+engine has served least (its service counter, engine.fairness: each request's prompt
+and whole output budget as it is admitted, divided by its weight; a client back from
+idle starts level with the least served active one), then the one with the fewest requests
 running, then the fewest queued (a flood waits behind a client's single request), then
 arrival. A request runs only if it fits both its model's concurrency cap and KV token
 budget; a model's best ticket is never skipped for another of the same model, so a
@@ -185,14 +185,12 @@ class AdmissionQueue:
         if self._prefill_by_client[key] <= 0:
             del self._prefill_by_client[key]
 
-    def release(self, ticket_id: int, output_tokens: int = 0) -> None:
-        """The ticket's generation ended, having produced `output_tokens`."""
+    def release(self, ticket_id: int) -> None:
         if self._prefilling:
             self.prefilled(ticket_id)
         ticket = self.running.pop(ticket_id, None)
         if ticket is None:
             return
-        self.service.charge(ticket.client, self.now, output=output_tokens)
         self.service.leave(ticket.client, self.now)
         load = self.models[ticket.model]
         load.running -= 1
@@ -336,7 +334,14 @@ class AdmissionQueue:
         return bool(budget) and pending + ticket.prompt_tokens > budget
 
     def _start(self, ticket: Ticket) -> None:
-        self.service.charge(ticket.client, self.now, prompt=ticket.prompt_tokens)
+        # The whole of what it may take, as it starts: a long generation weighs on its
+        # client's rank while it runs, not only once it ends. Nothing is given back when
+        # it uses less (a budget given back later would drop a client below others that
+        # were lifted level with it meanwhile); the engine's own counters are exact.
+        output_budget = ticket.tokens - ticket.prompt_tokens
+        self.service.charge(
+            ticket.client, self.now, prompt=ticket.prompt_tokens, output=output_budget
+        )
         self.running[ticket.id] = ticket
         if ticket.prompt_tokens:
             self._prefilling[ticket.id] = ticket

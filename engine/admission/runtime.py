@@ -348,7 +348,7 @@ class AdmissionController:
     def _release(self, lease: Lease) -> None:
         self._leases.pop(lease.ticket.id, None)
         self.queue.now = self._clock()
-        self.queue.release(lease.ticket.id, lease.output_tokens)
+        self.queue.release(lease.ticket.id)
         self.counters["drained_ended" if lease.revoked else "completed"] += 1
         if self.machine.state is State.DRAINING:
             # The last request out ends the drain at once, not at the next sample.

@@ -276,17 +276,28 @@ def test_the_least_served_client_goes_first_whatever_its_counts() -> None:
     assert q.admit_ready(cap=2) == [light_next]
 
 
-def test_output_tokens_count_as_the_ticket_ends_and_weights_divide() -> None:
+def test_the_output_budget_counts_as_a_ticket_starts_divided_by_the_weight() -> None:
     q = queue(max_concurrent=4)
-    first = prompt_ticket("a", 10)
-    second = prompt_ticket("b", 10, weight=2.0)
+    first = Ticket(next(_ids), "a", 0, 10 + 100, 0.0, 30.0, 10, "", 1.0)
+    second = Ticket(next(_ids), "b", 0, 10 + 100, 0.0, 30.0, 10, "", 2.0)
     q.offer(first, cap=4)
+    assert q.service.counter("a") == pytest.approx(10 + 2 * 100)  # output tokens cost 2
     q.offer(second, cap=4)
-    q.release(first.id, output_tokens=100)
-    q.release(second.id, output_tokens=100)
-    assert q.service.counter("a") == pytest.approx(10 + 200)
-    # b came while a was active, level with a's 10 then; its own service counts half.
-    assert q.service.counter("b") == pytest.approx(10 + (10 + 200) / 2)
+    # b came while a was active, level with a's 210 then; its own service counts half.
+    assert q.service.counter("b") == pytest.approx(210 + 210 / 2)
+
+
+def test_a_long_generation_running_ranks_its_client_behind_a_short_ones() -> None:
+    q = queue(kv_budget=1000)
+    done = Ticket(next(_ids), "victim", 0, 49, 0.0, 300.0, 41, "m")
+    q.offer(done, cap=64)
+    q.release(done.id)
+    huge = [Ticket(next(_ids), "attacker", 0, 900, 1.0, 300.0, 35, "m") for _ in range(3)]
+    for ticket in huge:
+        q.offer(ticket, cap=64)  # the first runs, the others wait for the KV budget
+    victim = Ticket(next(_ids), "victim", 0, 49, 2.0, 300.0, 41, "m")
+    assert q.offer(victim, cap=64) is False
+    assert q.admit_ready(cap=64) == [victim]
 
 
 def test_every_way_out_of_the_queue_ends_a_clients_activity() -> None:

@@ -73,7 +73,8 @@ def test_each_model_is_judged_by_its_own_budget() -> None:
 
 def test_two_keys_are_served_fairly_across_models() -> None:
     """A key flooding A and B does not push another key's tickets behind its own: the
-    order is one queue across models, by the key's running and queued counts."""
+    order is one queue across models, by each key's service counter (engine.fairness),
+    and a key back from idle starts level with the flood."""
     q = two_models()
     for model in ("A", "B"):
         for _ in range(2):
@@ -84,13 +85,22 @@ def test_two_keys_are_served_fairly_across_models() -> None:
     victim_a = ticket("A", "victim", at=50.0)
     victim_b = ticket("B", "victim", at=51.0)
     assert q.offer(victim_a, cap=2) is False and q.offer(victim_b, cap=2) is False
-    for model in ("A", "B"):
-        running = next(t for t in q.running.values() if t.model == model)
-        q.release(running.id)
-    # One slot freed on each model: each goes to the victim (it runs nothing), not to
-    # the flood's earlier tickets.
-    assert sorted(t.id for t in q.admit_ready(cap=2)) == sorted([victim_a.id, victim_b.id])
-
+    assert q.service.counter("victim") == q.service.counter("flood")  # level, no credit
+    running_a = next(t for t in q.running.values() if t.model == "A")
+    q.release(running_a.id)
+    # A's freed slot goes to the victim (level with the flood, running nothing), not to
+    # the flood's earlier tickets; its service now tops the flood's.
+    assert q.admit_ready(cap=2) == [victim_a]
+    assert q.service.counter("victim") > q.service.counter("flood")
+    running_b = next(t for t in q.running.values() if t.model == "B")
+    q.release(running_b.id)
+    (next_b,) = q.admit_ready(cap=2)
+    assert next_b.client == "flood"  # the less served key's turn on B
+    q.release(next_b.id)
+    q.release(next(t for t in q.running.values() if t.model == "B").id)
+    # Two more of the flood's tickets on B bring it level again: the victim's turn.
+    admitted = q.admit_ready(cap=2)
+    assert victim_b in admitted
 
 def test_the_running_reserve_is_per_model() -> None:
     """A client busy on A still finds B's last eighth open to its first request there."""
