@@ -23,12 +23,13 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# Service weights, per token, measured on this engine (docs/results: a prompt token
-# computed costs the CPU engine about a fifth of a decoded token at the batch sizes
-# it runs; a cached prompt token costs only its share of the attention).
+# Service weights, per token, measured on this engine (`python -m perf token-costs`: on
+# the 2-core CPU of perf/RESULTS.md an output token took the engine 2.6-2.9 times a
+# computed prompt token's time at a batch of 16, at step budgets of 512 and 2,048); a
+# cached prompt token costs only its share of the attention.
 PROMPT_TOKEN_COST = 1.0
 CACHED_TOKEN_COST = 0.1
-OUTPUT_TOKEN_COST = 2.0
+OUTPUT_TOKEN_COST = 2.75
 
 WINDOW_S = 60.0  # the "last minute" of the shares the admin API shows
 FORGET_IDLE_S = 600.0  # an idle tenant's counter is dropped after this long

@@ -102,7 +102,7 @@ def _decode_load(rng: random.Random, batch: int, tag: str) -> list[GenerateReque
     ]
 
 
-async def measure(rounds: int, batch: int) -> list[Round]:
+async def measure(rounds: int, batch: int, step_tokens: int | None = None) -> list[Round]:
     engine = VLLMEngine(
         EngineConfig(
             model=str(default_model_dir()),
@@ -111,6 +111,7 @@ async def measure(rounds: int, batch: int) -> list[Round]:
             enforce_eager=True,
             max_model_len=2048,
             grammar_warmup=False,
+            max_num_batched_tokens=step_tokens,
         )
     )
     await engine.start()
@@ -131,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument(
+        "--max-num-batched-tokens", type=int, default=None, help="an engine step's budget"
+    )
     args = parser.parse_args(argv)
-    results = asyncio.run(measure(args.rounds, args.batch))
+    results = asyncio.run(measure(args.rounds, args.batch, args.max_num_batched_tokens))
     print("| round | prompt tokens/s | output tokens/s | output token in prompt tokens |")
     print("| ---: | ---: | ---: | ---: |")
     for i, r in enumerate(results, 1):

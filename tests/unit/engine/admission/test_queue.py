@@ -13,6 +13,7 @@ from engine.admission.queue import (
     reserved_places,
 )
 from engine.errors import AdmissionRejected, NeverFits
+from engine.fairness import OUTPUT_TOKEN_COST
 
 _ids = itertools.count(1)
 
@@ -281,10 +282,11 @@ def test_the_output_budget_counts_as_a_ticket_starts_divided_by_the_weight() -> 
     first = Ticket(next(_ids), "a", 0, 10 + 100, 0.0, 30.0, 10, "", 1.0)
     second = Ticket(next(_ids), "b", 0, 10 + 100, 0.0, 30.0, 10, "", 2.0)
     q.offer(first, cap=4)
-    assert q.service.counter("a") == pytest.approx(10 + 2 * 100)  # output tokens cost 2
+    cost = 10 + OUTPUT_TOKEN_COST * 100
+    assert q.service.counter("a") == pytest.approx(cost)
     q.offer(second, cap=4)
-    # b came while a was active, level with a's 210 then; its own service counts half.
-    assert q.service.counter("b") == pytest.approx(210 + 210 / 2)
+    # b came while a was active, level with a's counter then; its own counts half.
+    assert q.service.counter("b") == pytest.approx(cost + cost / 2)
 
 
 def test_a_long_generation_running_ranks_its_client_behind_a_short_ones() -> None:
