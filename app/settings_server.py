@@ -86,7 +86,7 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
         int | None,
         Flag(
             "most tokens one engine step schedules (prefill chunks and decodes)",
-            default_doc="vLLM's (2048 on CPU)",
+            default_doc="512 on CPU (steps of about a second on two cores), vLLM's on GPU",
         ),
     ] = None
     max_num_seqs: Annotated[

@@ -42,7 +42,7 @@ class Waiters:
             return
         configured = self.policy.kv_budget_tokens
         # A context of prompts not yet begun per client: with chunked prefill, one or
-        # a few engine steps' worth of prefill (a step's budget is 2,048 tokens on CPU).
+        # a few engine steps' worth of prefill (a step's budget is 512 tokens on CPU).
         self.queue.set_model(
             model.name,
             configured if configured else model.kv_cache_tokens,
