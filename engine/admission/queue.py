@@ -8,8 +8,8 @@ cap and KV budget, and a ticket is admitted against its own model's only. A mode
 whose best ticket does not fit waits, and the others go on: a burst for one model
 never holds back a request for another that has room.
 
-Order: lower `priority` first (as in vLLM: lower means sooner), then the client the
-engine has served least (its service counter, engine.fairness: each request's prompt
+Order: lower `priority` first (as in vLLM: lower means sooner), then a client running
+nothing before one running something, then the client the engine has served least (its service counter, engine.fairness: each request's prompt
 and whole output budget as it is admitted, divided by its weight; a client back from
 idle starts level with the least served active one), then the one with the fewest requests
 running, then the fewest queued (a flood waits behind a client's single request), then
@@ -295,11 +295,15 @@ class AdmissionQueue:
             retry_after_s=1.0,
         )
 
-    def _rank(self, ticket: Ticket) -> tuple[int, float, int, int, float, int]:
+    def _rank(self, ticket: Ticket) -> tuple[int, bool, float, int, int, float, int]:
         client = ticket.client
         running, queued = self._running_by_client[client], self._waiting_by_client[client]
         served = self.service.counter(client)
-        return (ticket.priority, served, running, queued, ticket.arrived, ticket.id)
+        # A client running nothing goes first: its counter is charged for each request as
+        # it starts, while a long generation's budget was charged once, so between its
+        # requests a light client can sit a few tokens above a client whose running work
+        # will take minutes more.
+        return (ticket.priority, running > 0, served, running, queued, ticket.arrived, ticket.id)
 
     def _fits(
         self, ticket: Ticket, cap: int, total_cap: int = 0, load: ModelLoad | None = None

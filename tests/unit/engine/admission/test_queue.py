@@ -265,16 +265,19 @@ def prompt_ticket(client: str, prompt: int, weight: float = 1.0) -> Ticket:
 
 
 def test_the_least_served_client_goes_first_whatever_its_counts() -> None:
-    q = queue(max_concurrent=2)
-    q.offer(prompt_ticket("light", 10), cap=2)  # runs: 10 prompt tokens of service
-    q.offer(prompt_ticket("heavy", 1000), cap=2)  # runs: level with light, then 1000 more
+    q = queue(max_concurrent=4)
+    q.offer(prompt_ticket("light", 10), cap=4)  # runs: 10 prompt tokens of service
+    q.offer(prompt_ticket("heavy", 1000), cap=4)  # runs: level with light, then 1000 more
+    q.offer(prompt_ticket("heavy", 10), cap=4)
+    q.offer(prompt_ticket("light", 10), cap=4)  # four running: two each
     heavy_next = prompt_ticket("heavy", 10)
     light_next = prompt_ticket("light", 10)
-    assert q.offer(heavy_next, cap=2) is False  # queued first
-    assert q.offer(light_next, cap=2) is False
-    # Both have one running and one queued: the counts tie, the service does not.
+    assert q.offer(heavy_next, cap=4) is False  # queued first
+    assert q.offer(light_next, cap=4) is False
+    # One running and one queued each: the counts tie, the service does not.
     q.release(next(t.id for t in q.running.values() if t.client == "heavy"))
-    assert q.admit_ready(cap=2) == [light_next]
+    q.release(next(t.id for t in q.running.values() if t.client == "light"))
+    assert q.admit_ready(cap=4)[0] is light_next
 
 
 def test_the_output_budget_counts_as_a_ticket_starts_divided_by_the_weight() -> None:
@@ -315,3 +318,22 @@ def test_every_way_out_of_the_queue_ends_a_clients_activity() -> None:
     assert q.service.tenants["expires"].active == 0
     q.release(next(iter(q.running)))
     assert q.service.tenants["runner"].active == 0
+
+
+def test_a_client_running_nothing_goes_before_a_heavier_running_one_it_just_passed() -> None:
+    """Between a light client's requests its counter may sit just above a client whose
+    long generation still runs (charged once, as it started): it still goes first, into
+    the capacity held back for clients running nothing."""
+    q = queue(kv_budget=1000)
+    long_run = Ticket(next(_ids), "attacker", 0, 800, 0.0, 300.0, 10, "m")
+    assert q.offer(long_run, cap=64) is True
+    for _ in range(3):
+        q.offer(Ticket(next(_ids), "attacker", 0, 800, 1.0, 300.0, 10, "m"), cap=64)
+    first = Ticket(next(_ids), "victim", 0, 49, 2.0, 300.0, 41, "m")
+    q.offer(first, cap=64)
+    assert q.admit_ready(cap=64) == [first]  # in the held-back eighth, past the queue
+    q.release(first.id)
+    assert q.service.counter("victim") > q.service.counter("attacker")
+    second = Ticket(next(_ids), "victim", 0, 49, 3.0, 300.0, 41, "m")
+    q.offer(second, cap=64)
+    assert q.admit_ready(cap=64) == [second]
