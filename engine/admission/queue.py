@@ -9,10 +9,11 @@ whose best ticket does not fit waits, and the others go on: a burst for one mode
 never holds back a request for another that has room.
 
 Order: lower `priority` first (as in vLLM: lower means sooner), then a client running
-nothing before one running something, then the client the engine has served least (its service counter, engine.fairness: each request's prompt
-and whole output budget as it is admitted, divided by its weight; a client back from
-idle starts level with the least served active one), then the one with the fewest requests
-running, then the fewest queued (a flood waits behind a client's single request), then
+nothing before one running something, then the client the engine has served least
+(its service counter, engine.fairness: each request's prompt and whole output budget
+as it is admitted, divided by its weight; a client back from idle starts level with
+the least served active one), then the one with the fewest requests running, then the
+fewest queued (a flood waits behind a client's single request), then
 arrival. A request runs only if it fits both its model's concurrency cap and KV token
 budget; a model's best ticket is never skipped for another of the same model, so a
 large request cannot be starved by a stream of small ones. A request larger than its
