@@ -102,6 +102,7 @@ def test_two_keys_are_served_fairly_across_models() -> None:
     admitted = q.admit_ready(cap=2)
     assert victim_b in admitted
 
+
 def test_the_running_reserve_is_per_model() -> None:
     """A client busy on A still finds B's last eighth open to its first request there."""
     q = two_models()
