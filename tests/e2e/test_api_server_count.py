@@ -1,12 +1,13 @@
 """`lilac-serve serve --api-server-count 2` on the real engine, with real clients: two
 frontend processes (granian workers) share one engine core the command launched; both
 answer requests; a key's concurrency limit holds across both (through the PostgreSQL
-keys database) while another key goes on being served; SIGTERM to the command drains
-both processes (a stream in flight on each finishes whole) and then stops, within
-seconds, every process it started; the engine's frontend stays in each worker
-(`--engine-frontend-process auto` is off with several). And one process (the default) is
-today's path: the engine core is started by its granian worker's engine process, and
-`/metrics` names no API server."""
+keys database) while another key goes on being served; the engine's fair-share counters
+are the one engine core's, the same read from either worker (/admin/fairness); SIGTERM
+to the command drains both processes (a stream in flight on each finishes whole) and
+then stops, within seconds, every process it started; the engine's frontend stays in
+each worker (`--engine-frontend-process auto` is off with several). And one process (the
+default) is today's path: the engine core is started by its granian worker's engine
+process, and `/metrics` names no API server."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ DRAIN_TOKENS = 128  # seconds of tokens here: still running when SIGTERM comes
 RUNNING = re.compile(r"^lilac_admission_running (\S+)$", re.MULTILINE)
 CHILD = "engine.remote.child"  # the engine's own process (engine.remote)
 API_SERVER = re.compile(r'^lilac_api_server\{count="(\d+)",index="(\d+)",pid="(\d+)"\} 1\.0$')
+ADMIN_KEY = "api-server-count-admin"  # for GET /admin/fairness
 
 
 async def _make_keys(url: str) -> tuple[str, str]:
@@ -50,10 +52,11 @@ async def _make_keys(url: str) -> tuple[str, str]:
 
 
 class Shared:
-    def __init__(self, server: Server, limited: str, free: str) -> None:
+    def __init__(self, server: Server, limited: str, free: str, database_url: str = "") -> None:
         self.server = server
         self.limited = limited
         self.free = free
+        self.database_url = database_url  # the keys database (keys made later work too)
 
     def client(self, key: str) -> openai.OpenAI:
         """A client of its own: its request opens a new connection (which worker
@@ -120,10 +123,11 @@ def shared(postgres: TempPostgres, tmp_path_factory: pytest.TempPathFactory) -> 
             # Later than the harness's 2 s: the drain test's streams finish inside it.
             *("--grace-period", str(GRACE_S)),
         ),
+        extra_env={"LILAC_ADMIN_KEY": ADMIN_KEY},
     )
     try:
         server.wait_healthy()  # one worker is ready
-        running = Shared(server, limited, free)
+        running = Shared(server, limited, free, url)
         running.wait_all_ready()
         yield running
     finally:
@@ -211,6 +215,104 @@ def test_a_keys_concurrency_limit_holds_across_both_processes(shared: Shared) ->
         # stream held the key's one slot there too, not only in its own process.
         assert refused > 0, (index, before, after)
         assert served > 0, (index, before, after)
+
+
+async def _new_keys(url: str, names: list[str]) -> dict[str, tuple[str, str]]:
+    """Keys made while the server runs: name -> (key id, secret)."""
+    engine = await open_database(url)
+    try:
+        store = KeyStore(engine)
+        made = {}
+        for name in names:
+            record, secret = await store.create(name, KeyLimits(rpm=None))
+            made[name] = (record.id, secret)
+    finally:
+        await engine.dispose()
+    return made
+
+
+def answered(text: str, path: str) -> float:
+    """Requests to `path` this worker answered with a 200."""
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("lilac_http_requests_total{") and path in line and 'status="200"' in line
+    )
+
+
+def fairness_view(shared: Shared, key_ids: set[str]) -> dict[str, tuple[int, int, float]]:
+    """GET /admin/fairness on a fresh connection: the model's tenants of `key_ids`, as
+    key id -> (tokens, requests in the engine, weight)."""
+    reply = httpx.get(
+        f"{shared.server.base_url}/admin/fairness",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    (model,) = [m for m in reply.json()["data"] if m["model"] == MODEL]
+    assert model["fair_share"] is True, model
+    return {
+        t["key_id"]: (t["tokens"], t["active"], t["weight"])
+        for t in model["tenants"]
+        if t["key_id"] in key_ids
+    }
+
+
+FAIR_REQUESTS = {"fair-a": 6, "fair-b": 3}  # chats each new key sends
+
+
+def test_the_engines_service_counters_are_one_per_engine_not_per_frontend(
+    shared: Shared,
+) -> None:
+    """Two new keys' chats, each on a fresh connection (both workers take some), are
+    counted once, in the one engine core's scheduler: /admin/fairness, asked of either
+    worker several times, shows both keys with the tokens their answers' usage reported."""
+    keys = asyncio.run(_new_keys(shared.database_url, list(FAIR_REQUESTS)))
+    key_ids = {key_id for key_id, _ in keys.values()}
+    before = shared.per_process_metrics()
+    sent = dict.fromkeys(FAIR_REQUESTS, 0)
+    rounds = range(max(FAIR_REQUESTS.values()))
+    order = [name for r in rounds for name, count in FAIR_REQUESTS.items() if r < count]
+    for i, name in enumerate(order):
+        with shared.client(keys[name][1]) as client:
+            reply = client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": f"Say hi to {name}, guest {i}."}],
+                max_tokens=3,
+            )
+        assert reply.usage is not None
+        sent[name] += reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+    # The last request's end publishes at once; a few reads for a slow file system.
+    expected = {keys[name][0]: name for name in FAIR_REQUESTS}
+    deadline = time.monotonic() + 10
+    while True:
+        view = fairness_view(shared, key_ids)
+        if set(view) == key_ids and all(active == 0 for _, active, _ in view.values()):
+            break
+        assert time.monotonic() < deadline, view
+        time.sleep(0.2)
+    views = [fairness_view(shared, key_ids) for _ in range(FRESH)]
+    assert all(v == view for v in views), views  # every worker reads the one engine's
+    for key_id, (tokens, _, weight) in view.items():
+        name = expected[key_id]
+        # The prompt and output tokens of all its requests, whichever worker took them
+        # (the engine counts up to one fewer a request: the step that ends a prompt is
+        # charged one prompt token short).
+        assert sent[name] - FAIR_REQUESTS[name] <= tokens <= sent[name], (name, view, sent)
+        assert weight == 1.0
+
+    after = shared.per_process_metrics()
+    assert sorted(after) == [0, 1]
+    for index in (0, 1):
+        chats = chat_statuses(after[index]).get("200", 0) - chat_statuses(before[index]).get(
+            "200", 0
+        )
+        assert chats > 0, f"worker {index} took none of the chats"
+        reads = answered(after[index], "/admin/fairness") - answered(
+            before[index], "/admin/fairness"
+        )
+        assert reads > 0, f"worker {index} answered no /admin/fairness"
 
 
 def running(text: str) -> float:

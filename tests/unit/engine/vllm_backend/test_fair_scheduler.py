@@ -357,6 +357,23 @@ def test_a_tenant_back_from_idle_is_lifted_to_the_others_counter(
     engine.run()
 
 
+def test_an_aborted_request_leaves_its_tenants_count(make_scheduler: Callable[..., Any]) -> None:
+    """Running or still waiting, an aborted request is no longer its tenant's: a tenant
+    left with none is idle (it would otherwise set the floor newcomers are lifted to)."""
+    engine = Engine(make_scheduler(budget=256))
+    ledger = engine.scheduler.ledger
+    running, waiting = make_request("a", 300), make_request("a", 300)
+    engine.add(running, waiting)
+    engine.step()
+    assert (running.status, waiting.status) == (RequestStatus.RUNNING, RequestStatus.WAITING)
+    assert ledger.tenants["a"].active == 2
+    engine.scheduler.finish_requests(waiting.request_id, RequestStatus.FINISHED_ABORTED)
+    assert ledger.tenants["a"].active == 1
+    engine.scheduler.finish_requests(running.request_id, RequestStatus.FINISHED_ABORTED)
+    assert ledger.tenants["a"].active == 0
+    assert ledger.lowest_active() is None
+
+
 def test_a_double_weight_counts_half_the_service(make_scheduler: Callable[..., Any]) -> None:
     engine = Engine(make_scheduler(budget=512))
     ledger = engine.scheduler.ledger
