@@ -23,6 +23,7 @@ step the prompt tokens the prefix cache served.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,7 @@ from engine.fairness import (
     write_shares,
 )
 
-ACTIVE_SPAN = 1 << 6  # a counter's room for its tenant's requests in the engine
+ACTIVE_SPAN = 1 << 6  # a counter's room for its tenant's running requests
 COUNTER_LIMIT = 1 << 42  # weighted tokens; a server's lifetime of them fits
 COUNTER_SPAN = COUNTER_LIMIT * ACTIVE_SPAN  # a tier's room in one priority integer
 PUBLISH_EVERY_S = 1.0
@@ -51,12 +52,12 @@ PUBLISH_EVERY_S = 1.0
 CONTENDED_CHUNK = 256
 
 
-def effective_priority(base: int, counter: float, active: int) -> int:
+def effective_priority(base: int, counter: float, running: int) -> int:
     """One integer for vLLM (lower runs sooner): the tier first, then the counter, then,
     between tenants level on their counters (one just back from idle is lifted level
-    with the least served), the one with fewer requests in the engine."""
+    with the least served), the one with fewer requests running."""
     served = min(max(int(counter), 0), COUNTER_LIMIT - 1)
-    return base * COUNTER_SPAN + served * ACTIVE_SPAN + min(max(active, 0), ACTIVE_SPAN - 1)
+    return base * COUNTER_SPAN + served * ACTIVE_SPAN + min(max(running, 0), ACTIVE_SPAN - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,8 @@ class FairShare:
             tenant, weight = _tenant_of(request)
             self._entries[request.request_id] = Entry(tenant, request.priority)
             self.ledger.arrive(tenant, weight)
-            request.priority = self._priority_of(request.priority, tenant)
+            running = sum(1 for r in self.running if self._tenant(r) == tenant)
+            request.priority = self._priority_of(request.priority, tenant, running)
         super().add_request(request)  # type: ignore[misc]
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
@@ -118,6 +120,10 @@ class FairShare:
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         self._reprioritize()
+        # Decodes before prefills: vLLM gives the running requests the budget in list
+        # order, and a long prompt ahead of a running request would take all of it, step
+        # after step, stalling that request's next tokens until the prompt is done.
+        self.running.sort(key=_prefilling)
         step = self._contended_step() if self.fair_hold else None
         if step is None:
             output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
@@ -150,30 +156,29 @@ class FairShare:
         """Each request's priority from its tenant's counter as it is now; the waiting
         queue re-ordered when any of its priorities moved."""
         moved = False
+        running = Counter(self._tenant(r) for r in self.running)
         for request in self.running:
-            self._refresh(request)
+            self._refresh(request, running)
         for request in list(self.waiting):
-            moved |= self._refresh(request)
+            moved |= self._refresh(request, running)
         if moved:
             waiting = list(self.waiting)
             self.waiting.remove_requests(waiting)
             for request in waiting:
                 self.waiting.add_request(request)
 
-    def _refresh(self, request: Request) -> bool:
+    def _refresh(self, request: Request, running: Counter[str]) -> bool:
         entry = self._entries.get(request.request_id)
         if entry is None:
             return False
-        priority = self._priority_of(entry.base, entry.tenant)
+        priority = self._priority_of(entry.base, entry.tenant, running[entry.tenant])
         if priority == request.priority:
             return False
         request.priority = priority
         return True
 
-    def _priority_of(self, base: int, tenant: str) -> int:
-        state = self.ledger.tenants.get(tenant)
-        active = state.active if state is not None else 0
-        return effective_priority(base, self.ledger.counter(tenant), active)
+    def _priority_of(self, base: int, tenant: str, running: int) -> int:
+        return effective_priority(base, self.ledger.counter(tenant), running)
 
     def _contended_step(self) -> ContendedStep | None:
         """The plan of a step in which the best waiting request's tenant has been served
@@ -201,12 +206,14 @@ class FairShare:
             return None  # nobody else's prompt work waits: nothing to be fair about
         chunk = self.contended_chunk
         decodes = len(self.running) - len(prefills)
-        kept = ahead + behind[:1]
-        planned = sum(_chunk_of(r, chunk) for r in kept + lightest)
-        if not behind:  # the others' work is all waiting: one chunk of it goes on
-            planned += chunk
-        budget = min(decodes + planned, self.max_num_scheduled_tokens)
-        return ContendedStep(held=behind[1:], token_budget=budget, chunk=chunk)
+        first = decodes + sum(_chunk_of(r, chunk) for r in ahead + lightest)
+        # One chunk of the others' prompt work goes on beside, where the step has room
+        # for it after the lighter work: vLLM gives running prefills the budget first.
+        others = _chunk_of(behind[0], chunk) if behind else chunk
+        keep_one = first + others <= self.max_num_scheduled_tokens
+        held = behind[1:] if keep_one else behind
+        budget = min(first + (others if keep_one else 0), self.max_num_scheduled_tokens)
+        return ContendedStep(held=held, token_budget=budget, chunk=chunk)
 
     def _tenant(self, request: Request) -> str:
         entry = self._entries.get(request.request_id)
@@ -227,12 +234,13 @@ class FairShare:
                 # What it had computed before its first step, the prefix cache gave.
                 cached = max(0, request.num_computed_tokens - tokens)
                 self.ledger.waited(entry.tenant, now, max(0.0, now - request.arrival_time))
-            # Scheduled counters are already advanced: a step that reaches the end of
-            # the request's tokens samples one.
-            sampled = 1 if request.num_computed_tokens >= request.num_tokens else 0
-            self.ledger.charge(
-                entry.tenant, now, prompt=tokens - sampled, cached=cached, output=sampled
-            )
+            # Scheduled counters are already advanced: the positions computed this step
+            # below the prompt's end are prompt tokens, and a step that reaches the end
+            # of the request's tokens samples an output token.
+            after = request.num_computed_tokens
+            prompt = max(0, min(request.num_prompt_tokens, after) - (after - tokens))
+            sampled = 1 if after >= request.num_tokens else 0
+            self.ledger.charge(entry.tenant, now, prompt=prompt, cached=cached, output=sampled)
             self._changed = True
 
     def _publish(self, at_once: bool = False) -> None:

@@ -276,12 +276,6 @@ def test_a_light_request_cuts_a_heavy_tenants_prefills_short(
     assert all(len(r.output_token_ids) == 2 for r in [*heavy, light])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a contended step keeps one chunk of the heavier tenant's running prefill, and "
-    "vLLM schedules running requests before waiting ones: when decodes and that chunk "
-    "fill the step's budget, the light request is left out, step after step",
-)
 def test_a_light_request_gets_in_when_the_budget_is_one_chunk(
     make_scheduler: Callable[..., Any],
 ) -> None:
@@ -295,12 +289,6 @@ def test_a_light_request_gets_in_when_the_budget_is_one_chunk(
     assert light.request_id in step.num_scheduled_tokens
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="only waiting requests make a step contended: once the light request runs, "
-    "the heavy tenant's running prefill (ahead of it in the running list) takes the "
-    "whole budget of every step until its prompt is done, and the light decodes wait",
-)
 def test_a_light_requests_decodes_go_on_beside_a_heavy_prefill(
     make_scheduler: Callable[..., Any],
 ) -> None:
@@ -469,11 +457,6 @@ def test_prompt_chunks_cost_the_prompt_rate_and_each_decode_one_output(
     assert [charge for _, charge in charges[2:]] == [OUTPUT_COST, OUTPUT_COST]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the step that ends a prompt is charged one prompt token short: the "
-    "token it samples is counted in place of the last prompt token computed",
-)
 def test_every_prompt_token_computed_is_charged(make_scheduler: Callable[..., Any]) -> None:
     engine = Engine(make_scheduler(budget=64, **COSTS))
     request = make_request("a", 100, max_tokens=3)
