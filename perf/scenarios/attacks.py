@@ -1,5 +1,6 @@
-"""The attack matrix: one key floods a real server while another sends a short request
-about once a second.
+"""The attack matrix: one key floods a real server while another asks short questions.
+
+The victim sends a short request about once a second.
 
 `make attacks`; a short version runs in `make test` (tests/e2e/test_attacks.py).
 
