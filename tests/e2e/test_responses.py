@@ -102,8 +102,15 @@ def test_a_chain_of_three_with_a_function_call(sdk: openai.OpenAI) -> None:
     # The whole chain is the prompt: more than the second turn's.
     assert third.usage.input_tokens > second.usage.input_tokens
     assert sdk.responses.retrieve(third.id).output_text == third.output_text
-    listed = sdk.responses.input_items.list(third.id)
-    assert [item.type for item in listed.data] == ["function_call_output"]
+    # Its input items are the context it saw: the chain's items, then its own.
+    listed = sdk.responses.input_items.list(third.id, order="asc")
+    assert [item.type for item in listed.data] == [
+        "message",
+        "message",
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
 
 
 def test_an_agents_sdk_run_with_a_forced_tool(server: Server) -> None:
