@@ -120,17 +120,25 @@ class LineLeases:
         again, to run later; its run stays counted among its cut ones (`Line.cut_runs`)."""
         return await self.release_many([(job_id, seq)], replica) == 1
 
-    async def release_many(self, held: list[tuple[str, int]], replica: str) -> int:
+    async def release_many(
+        self, held: list[tuple[str, int]], replica: str, counted: bool = True
+    ) -> int:
         """`release` for many lines in one transaction (lines cut together: one commit,
-        not one each); answers how many were still this replica's to release."""
+        not one each); answers how many were still this replica's to release. Not
+        `counted`: the runs were refused before any work, and their claims are undone
+        (`Line.cut_runs` as before them)."""
         if not held:
             return 0
+        lines = deferred_lines.c
+        values: dict[str, Any] = {"state": PENDING, "lease_owner": None, "lease_until": None}
+        if not counted:
+            values["attempts"] = lines.attempts - RUN
         engine = await self._engine()
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
                 .where(or_(*(_held(job_id, seq, replica) for job_id, seq in held)))
-                .values(state=PENDING, lease_owner=None, lease_until=None)
+                .values(**values)
             )
         return int(changed.rowcount)
 

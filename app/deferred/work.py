@@ -40,14 +40,21 @@ class Failed(Cut):
     pending, the run counted among its failed ones."""
 
 
+class NotRun(Cut):
+    """The line was refused before the engine took it (no capacity, a drain, the engine
+    not ready): pending again, and the run not counted among its cut ones, since no work
+    was done (a restarting engine refuses every line for as long as it loads)."""
+
+
 def run_again(error: APIError, line: Line) -> Cut | None:
-    """What becomes of a line whose run ended in `error`: a `Cut` for a 5xx that is no
-    engine failure, `Failed` for an engine failure while the line may fail again, None
-    when the error is the line's answer (a request error, or the last failure)."""
+    """What becomes of a line whose run ended in `error`: `NotRun` for a 5xx that is no
+    engine failure (the server refused it), `Failed` for an engine failure while the
+    line may fail again, None when the error is the line's answer (a request error, or
+    the last failure)."""
     if error.status_code < 500:
         return None
     if error.code not in ENGINE_FAILURES:
-        return Cut(error.message)
+        return NotRun(error.message)
     if line.failed_runs + 1 < MAX_FAILED_RUNS:
         return Failed(error.message)
     return None

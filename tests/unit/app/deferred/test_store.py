@@ -130,6 +130,20 @@ async def test_a_cut_line_is_pending_again_its_run_counted_as_cut(
     assert (again.cut_runs, again.failed_runs) == (1, 0)
 
 
+async def test_a_line_refused_before_any_work_is_not_counted_as_cut(
+    database: AsyncEngine,
+) -> None:
+    """A restarting engine refuses every line while it loads: those refusals never use
+    up the line's cuts."""
+    store = store_of(database, Clock())
+    await store.create(job(), ['{"n": 0}'])
+    for _ in range(100):
+        [line] = await store.claim("batch_a", "r1", 1, 60)
+        assert await store.release_many([("batch_a", 0)], "r1", counted=False) == 1
+    [again] = await store.claim("batch_a", "r1", 1, 60)
+    assert (again.cut_runs, again.failed_runs) == (0, 0)
+
+
 async def test_a_failed_run_counts_as_failed_not_cut(database: AsyncEngine) -> None:
     store = store_of(database, Clock())
     await store.create(job(), ['{"n": 0}'])
