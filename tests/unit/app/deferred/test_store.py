@@ -138,7 +138,7 @@ async def test_a_line_refused_before_any_work_is_not_counted_as_cut(
     store = store_of(database, Clock())
     await store.create(job(), ['{"n": 0}'])
     for _ in range(100):
-        [line] = await store.claim("batch_a", "r1", 1, 60)
+        [_claimed] = await store.claim("batch_a", "r1", 1, 60)
         assert await store.release_many([("batch_a", 0)], "r1", counted=False) == 1
     [again] = await store.claim("batch_a", "r1", 1, 60)
     assert (again.cut_runs, again.failed_runs) == (0, 0)
