@@ -91,7 +91,7 @@ def final(batch: Any) -> bool:
 
 def output_of(client: openai.OpenAI, batch: Any) -> list[dict[str, Any]]:
     text = client.files.content(batch.output_file_id).text
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
 
 
 def test_a_batch_end_to_end_with_the_openai_client(batches: BatchServer) -> None:
@@ -156,7 +156,7 @@ def test_a_responses_batch_answers_each_line_as_the_endpoint(batches: BatchServe
         assert body["object"] == "response" and body["status"] in ("completed", "incomplete")
         assert body["store"] is False and body["usage"]["output_tokens"] <= 4
         assert body["output"][0]["content"][0]["text"]
-    [error] = [json.loads(x) for x in client.files.content(done.error_file_id).text.splitlines()]
+    [error] = [json.loads(x) for x in client.files.content(done.error_file_id).text.split("\n") if x.strip()]
     assert error["custom_id"] == "bad-item" and error["response"]["status_code"] == 400
     assert error["response"]["body"]["error"]["param"] == "input[0].type"
 
