@@ -156,7 +156,8 @@ def test_a_responses_batch_answers_each_line_as_the_endpoint(batches: BatchServe
         assert body["object"] == "response" and body["status"] in ("completed", "incomplete")
         assert body["store"] is False and body["usage"]["output_tokens"] <= 4
         assert body["output"][0]["content"][0]["text"]
-    [error] = [json.loads(x) for x in client.files.content(done.error_file_id).text.split("\n") if x.strip()]
+    errors = client.files.content(done.error_file_id).text
+    [error] = [json.loads(x) for x in errors.split("\n") if x.strip()]
     assert error["custom_id"] == "bad-item" and error["response"]["status_code"] == 400
     assert error["response"]["body"]["error"]["param"] == "input[0].type"
 
