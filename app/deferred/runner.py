@@ -38,6 +38,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from app.deferred.releases import CutReleases
 from app.deferred.store import DeferredStore, Job, Line
 from app.deferred.work import Capacity, Cut, Failed, Handler, NotRun, RunnerStats, Running
 from app.tasks import cancel_and_wait, wait_event
@@ -95,9 +96,7 @@ class DeferredRunner:
         self._exhausted: set[str] = set()  # runnable jobs with no line to claim now
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._releases: set[asyncio.Task[None]] = set()
-        self._to_release: list[tuple[str, int]] = []  # lines cut, not yet pending again
-        self._to_release_unrun: list[tuple[str, int]] = []  # refused before any work
+        self._releases = CutReleases(store, replica)
         self._taken: set[tuple[str, int]] = set()  # lines stopped as no longer this replica's
 
     # ------------------------------------------------------------ lifecycle
@@ -323,33 +322,7 @@ class DeferredRunner:
             self.stats.lost += 1
             return
         self.stats.cut += 1
-        self._release_later(job.id, line.seq)
-
-    def _release_later(self, job_id: str, seq: int, counted: bool = True) -> None:
-        """Make a cut line pending again, in one transaction with the other lines cut at
-        the same moment: an interactive request arriving cuts every line, and one commit
-        takes the event loop (which serves that request) for far less than one each.
-        Not `counted`: the line was refused before any work (its claim is undone)."""
-        if not counted:
-            self._to_release_unrun.append((job_id, seq))
-        else:
-            self._to_release.append((job_id, seq))
-        if len(self._to_release) + len(self._to_release_unrun) == 1:
-            release = asyncio.get_running_loop().create_task(self._release_cut())
-            self._releases.add(release)
-            release.add_done_callback(self._releases.discard)
-
-    async def _release_cut(self) -> None:
-        await asyncio.sleep(0)  # the lines cut in this same moment unwind and join first
-        held, self._to_release = self._to_release, []
-        unrun, self._to_release_unrun = self._to_release_unrun, []
-        try:
-            await self.store.release_many(held, self.replica)
-            await self.store.release_many(unrun, self.replica, counted=False)
-        except Exception:
-            # The database failed: the lines stay claimed and run again after their lease.
-            count = len(held) + len(unrun)
-            log.exception("deferred work: %d cut lines could not be released", count)
+        self._releases.add(job.id, line.seq)
 
     def _line_model(self, job: Job, line: Line) -> str | None:
         """The model a line runs on, as admission names it (None: not known)."""
@@ -370,7 +343,7 @@ class DeferredRunner:
                     await asyncio.shield(self.store.failed(job.id, line.seq, self.replica))
                 else:
                     self.stats.cut += 1
-                    self._release_later(job.id, line.seq, counted=not isinstance(stopped, NotRun))
+                    self._releases.add(job.id, line.seq, counted=not isinstance(stopped, NotRun))
                 return
             if await asyncio.shield(
                 self.store.answer(
@@ -402,4 +375,4 @@ class DeferredRunner:
         if tasks is None:
             tasks = [running.task for running in self.running.values()]
         await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*self._releases, return_exceptions=True)
+        await self._releases.wait()
