@@ -293,3 +293,33 @@ def launch_lilac(
     )
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **(extra_env or {})}
     return Server(argv, workdir / "server.log", port=port, env=env, timeline=timeline)
+
+
+def keys_server(
+    workdir: Path, admin_key: str, extra_args: Sequence[str] = (), timeout_s: float = 900.0
+) -> Server:
+    """`lilac-serve serve --auth keys` with the default model (context 2048, 1 GiB of KV
+    cache) over a keys database of its own in `workdir`, `admin_key` its admin key;
+    returns once /health answers 200."""
+    data = workdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    bootstrap = subprocess.run(
+        [LILAC, "keys", "create", "--name", "bootstrap", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if bootstrap.returncode != 0:
+        raise RuntimeError(f"keys create failed: {bootstrap.stderr.strip()}")
+    port = free_port()
+    argv = lilac_argv(
+        port, "--auth", "keys", "--data-dir", str(data),
+        "--max-model-len", "2048", "--cpu-kvcache-space-gib", "1", *extra_args,
+    )  # fmt: skip
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "LILAC_ADMIN_KEY": admin_key}
+    server = Server(argv, workdir / "server.log", port=port, env=env)
+    try:
+        return server.wait_healthy(timeout_s)
+    except BaseException:
+        server.stop()
+        raise

@@ -63,7 +63,6 @@ import random
 import re
 import secrets
 import shlex
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -75,7 +74,7 @@ import httpx
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from perf.harness.results import output
-from perf.harness.servers import LILAC, Server, free_port, lilac_argv
+from perf.harness.servers import Server, keys_server
 
 OUT = output("attacks")
 ADMIN_KEY = "attacks-admin-key"
@@ -183,24 +182,8 @@ def start(
 ) -> Target:
     """`lilac-serve serve --auth keys` on a free port, and the two keys (the attacker's
     with no limit but `attacker_max_concurrent`, RPM lifted)."""
-    data = workdir / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    bootstrap = subprocess.run(
-        [LILAC, "keys", "create", "--name", "bootstrap", "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-    )
-    if bootstrap.returncode != 0:
-        raise RuntimeError(f"keys create failed: {bootstrap.stderr.strip()}")
-    port = free_port()
-    argv = lilac_argv(
-        port, "--auth", "keys", "--data-dir", str(data),
-        "--max-model-len", str(MAX_MODEL_LEN), "--cpu-kvcache-space-gib", "1", *extra_args,
-    )  # fmt: skip
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "LILAC_ADMIN_KEY": ADMIN_KEY}
-    server = Server(argv, workdir / "server.log", port=port, env=env)
+    server = keys_server(workdir, ADMIN_KEY, extra_args)
     try:
-        server.wait_healthy(900)
         return target_on(server, ADMIN_KEY, attacker_max_concurrent)
     except BaseException:
         server.stop()

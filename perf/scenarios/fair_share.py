@@ -70,7 +70,6 @@ import os
 import random
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -84,11 +83,10 @@ import httpx
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from perf.harness.results import output
-from perf.harness.servers import LILAC, Server, ServerNotReady, free_port, lilac_argv
+from perf.harness.servers import Server, ServerNotReady, keys_server
 
 OUT = output("fair_share")
 ADMIN_KEY = "fair-share-admin-key"
-MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 8
 SHORT_MAX_TOKENS = 128
 LONG_MAX_TOKENS = 32
@@ -284,29 +282,8 @@ class Host:
 def start_server(workdir: Path, flags: list[str], fair_share: bool) -> Host:
     """`lilac-serve serve --auth keys` on a free port over a keys database of its own,
     `flags` (the script's and `--server-args`), then `--fair-share` as asked."""
-    data = workdir / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    bootstrap = subprocess.run(
-        [LILAC, "keys", "create", "--name", "bootstrap", "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if bootstrap.returncode != 0:
-        raise RuntimeError(f"keys create failed: {bootstrap.stderr.strip()}")
-    port = free_port()
-    argv = lilac_argv(
-        port, "--auth", "keys", "--data-dir", str(data),
-        "--max-model-len", str(MAX_MODEL_LEN), "--cpu-kvcache-space-gib", "1",
-        *flags, "--fair-share", "true" if fair_share else "false",
-    )  # fmt: skip
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "LILAC_ADMIN_KEY": ADMIN_KEY}
-    server = Server(argv, workdir / "server.log", port=port, env=env)
-    try:
-        server.wait_healthy(STARTUP_TIMEOUT_S)
-    except BaseException:
-        server.stop()
-        raise
+    fair = ("--fair-share", "true" if fair_share else "false")
+    server = keys_server(workdir, ADMIN_KEY, (*flags, *fair), STARTUP_TIMEOUT_S)
     return Host(server.base_url, ADMIN_KEY, server, fair_share)
 
 
