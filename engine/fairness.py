@@ -31,6 +31,12 @@ PROMPT_TOKEN_COST = 1.0
 CACHED_TOKEN_COST = 0.1
 OUTPUT_TOKEN_COST = 2.75
 
+# A request's output budget counts into its tenant's counter when it starts, up to this
+# many tokens (VTC's variant with a length prediction, the budget as the prediction):
+# a tenant whose many requests start at once ranks as what they will cost, not as what
+# they have cost so far, and one back from idle takes no burst of seats.
+PREPAY_LIMIT = 1024
+
 WINDOW_S = 60.0  # the "last minute" of the shares the admin API shows
 FORGET_IDLE_S = 600.0  # an idle tenant's counter is dropped after this long
 MAX_WEIGHT = 1000.0
@@ -130,15 +136,35 @@ class ServiceLedger:
         if state.active == 0:
             state.idle_since = now
 
+    def prepay(self, tenant: str, output: int) -> None:
+        """`output` tokens a request of `tenant` may yet produce count into its counter
+        now; `charge(prepaid=...)` then draws on them, `refund` returns the rest."""
+        state = self.tenants.get(tenant)
+        if state is not None:
+            state.counter += output * self.costs.output / state.weight
+
+    def refund(self, tenant: str, output: int) -> None:
+        """Prepaid output tokens a request did not produce (it stopped or was cut)."""
+        state = self.tenants.get(tenant)
+        if state is not None:
+            state.counter -= output * self.costs.output / state.weight
+
     def charge(
-        self, tenant: str, now: float, prompt: int = 0, cached: int = 0, output: int = 0
+        self,
+        tenant: str,
+        now: float,
+        prompt: int = 0,
+        cached: int = 0,
+        output: int = 0,
+        prepaid: int = 0,
     ) -> None:
-        """The engine served `tenant` these tokens."""
+        """The engine served `tenant` these tokens; `prepaid` of the output tokens were
+        counted into its counter already (they still count in its shares)."""
         state = self.tenants.get(tenant)
         if state is None:
             return
         service = self.costs.of(prompt, cached, output)
-        state.counter += service / state.weight
+        state.counter += (service - prepaid * self.costs.output) / state.weight
         state.tokens += prompt + cached + output
         state.recent.append((now, service))
         state.recent_sum += service

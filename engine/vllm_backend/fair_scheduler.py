@@ -14,10 +14,15 @@ Each request carries its tenant and weight in its sampling parameters' `extra_ar
   but one. vLLM gives running requests the step's token budget before any waiting
   one, so without this a heavy tenant's long prompts would fill every step, and a
   light tenant's first token would wait for steps of thousands of prompt tokens.
+  Only requests vLLM can start now count (not one waiting for its grammar), and when
+  a short step started none of the requests it was for, the next steps run whole:
+  nobody's prefills are held for a request that cannot run.
 
 After every step each scheduled request's tokens are charged to its tenant: the tokens
 computed for its prompt, one output token when the step samples one, and on its first
-step the prompt tokens the prefix cache served.
+step the prompt tokens the prefix cache served. Its output budget counts into the
+counter when it first runs (up to `PREPAY_LIMIT` tokens); the output tokens it then
+produces draw on that, and what it did not produce goes back when it ends.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from engine.fairness import (
     CONFIG_KEY,
+    PREPAY_LIMIT,
     TENANT_ARG,
     UNNAMED,
     WEIGHT_ARG,
@@ -50,6 +56,13 @@ PUBLISH_EVERY_S = 1.0
 # Prompt tokens a prefill may compute in a step where a less-served client's request
 # waits: the step stays short, so that request's first token comes soon.
 CONTENDED_CHUNK = 256
+# Steps run whole after a contended step that started none of the requests it was for
+# (the engine could not take them yet: no KV blocks free, output still in flight): the
+# others' prefills are never held for a request that cannot run.
+STALLED_STEPS = 8
+# The waiting requests vLLM can start now; one waiting for its grammar or for remote
+# KV blocks is passed over by vLLM's own loop.
+READY = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 def effective_priority(base: int, counter: float, running: int) -> int:
@@ -65,6 +78,7 @@ class ContendedStep:
     held: list[Request]  # running prefills that sit the step out
     token_budget: int
     chunk: int  # the most prompt tokens of one request in the step
+    served: frozenset[str]  # the waiting requests the step is held for
 
 
 @dataclass(slots=True)
@@ -72,6 +86,7 @@ class Entry:
     tenant: str
     base: int  # the priority the request came with (its tier and deferred offset)
     started: bool = False  # scheduled at least once (its queue wait is recorded)
+    prepaid: int = 0  # output tokens counted into the tenant's counter, not yet produced
 
 
 class FairShare:
@@ -96,6 +111,7 @@ class FairShare:
         self.step_clock = StepClock()
         self._published = 0.0
         self._changed = False
+        self._whole_steps = 0  # steps left to run whole after a stalled contended one
 
     # vLLM's hooks
 
@@ -111,6 +127,7 @@ class FairShare:
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         entry = self._entries.pop(request.request_id, None)
         if entry is not None:
+            self.ledger.refund(entry.tenant, entry.prepaid)
             self.ledger.leave(entry.tenant, time.time())
             self._changed = True
         freed = super()._free_request(request, delay_free_blocks)  # type: ignore[misc]
@@ -144,11 +161,14 @@ class FairShare:
         config.long_prefill_token_threshold = step.chunk
         self.max_num_scheduled_tokens = step.token_budget
         try:
-            return super().schedule(*args, **kwargs)  # type: ignore[misc]
+            output = super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
             config.long_prefill_token_threshold = threshold
             self.max_num_scheduled_tokens = budget
             self.running.extend(step.held)
+        if not step.served & output.num_scheduled_tokens.keys():
+            self._whole_steps = STALLED_STEPS
+        return output
 
     # The order
 
@@ -187,6 +207,9 @@ class FairShare:
         most `contended_chunk` tokens; that tenant's waiting requests, the prefills
         ranked ahead of them and one chunk of the others' prompt work in the budget; the
         other running prefills held out."""
+        if self._whole_steps > 0:
+            self._whole_steps -= 1
+            return None
         seats = self.max_num_active_reqs - len(self.running)
         if seats <= 0 or not self.waiting:
             return None
@@ -194,7 +217,10 @@ class FairShare:
         for request in self.waiting:  # best first
             if len(waiting) >= seats:
                 break
-            waiting.append(request)
+            if request.status in READY:
+                waiting.append(request)
+        if not waiting:
+            return None
         best = waiting[0]
         tenant = self._tenant(best)
         lightest = [r for r in waiting if self._tenant(r) == tenant]
@@ -213,7 +239,8 @@ class FairShare:
         keep_one = first + others <= self.max_num_scheduled_tokens
         held = behind[1:] if keep_one else behind
         budget = min(first + (others if keep_one else 0), self.max_num_scheduled_tokens)
-        return ContendedStep(held=held, token_budget=budget, chunk=chunk)
+        served = frozenset(r.request_id for r in lightest)
+        return ContendedStep(held=held, token_budget=budget, chunk=chunk, served=served)
 
     def _tenant(self, request: Request) -> str:
         entry = self._entries.get(request.request_id)
@@ -234,13 +261,19 @@ class FairShare:
                 # What it had computed before its first step, the prefix cache gave.
                 cached = max(0, request.num_computed_tokens - tokens)
                 self.ledger.waited(entry.tenant, now, max(0.0, now - request.arrival_time))
+                entry.prepaid = min(max(request.max_tokens, 0), PREPAY_LIMIT)
+                self.ledger.prepay(entry.tenant, entry.prepaid)
             # Scheduled counters are already advanced: the positions computed this step
             # below the prompt's end are prompt tokens, and a step that reaches the end
             # of the request's tokens samples an output token.
             after = request.num_computed_tokens
             prompt = max(0, min(request.num_prompt_tokens, after) - (after - tokens))
             sampled = 1 if after >= request.num_tokens else 0
-            self.ledger.charge(entry.tenant, now, prompt=prompt, cached=cached, output=sampled)
+            prepaid = min(sampled, entry.prepaid)
+            entry.prepaid -= prepaid
+            self.ledger.charge(
+                entry.tenant, now, prompt=prompt, cached=cached, output=sampled, prepaid=prepaid
+            )
             self._changed = True
 
     def _publish(self, at_once: bool = False) -> None:

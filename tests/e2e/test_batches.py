@@ -264,8 +264,9 @@ def test_a_background_response_across_a_reclaim_and_a_sigterm_restart(
     batches: BatchServer,
 ) -> None:
     client = batches.client()
-    # Long enough to be running still when the probe's next sample sees the owner.
-    rid = running_response(client, 256)
+    # Long enough to be running still when the probe's next sample sees the owner, on
+    # a machine that decodes fast (the count runs past a thousand tokens).
+    rid = running_response(client, 1024)
     batches.server.reclaim_gpu(busy_s=4)
     # Cut, not failed: back to queued while the owner has the GPU.
     deadline = time.monotonic() + 10

@@ -31,6 +31,19 @@ def test_a_counter_is_weighted_tokens_divided_by_the_weight() -> None:
     assert ledger.counter("b") == pytest.approx(62.5)
 
 
+def test_prepaid_output_counts_once_and_the_unused_part_comes_back() -> None:
+    ledger = ServiceLedger(ServiceCosts(prompt=1.0, cached=0.1, output=2.0))
+    ledger.arrive("a", weight=2.0)
+    ledger.prepay("a", 10)  # a request's budget of ten output tokens, at its start
+    assert ledger.counter("a") == pytest.approx(10.0)
+    ledger.charge("a", 0.0, prompt=100, output=1, prepaid=1)
+    ledger.charge("a", 0.0, output=3, prepaid=3)
+    assert ledger.counter("a") == pytest.approx((100 + 10 * 2.0) / 2)
+    ledger.refund("a", 6)  # it stopped after four
+    assert ledger.counter("a") == pytest.approx((100 + 4 * 2.0) / 2)
+    assert ledger.tenants["a"].recent_sum == pytest.approx(100 + 4 * 2.0)  # served, once
+
+
 def test_a_tenant_back_from_idle_starts_at_the_lowest_active_counter() -> None:
     ledger = ServiceLedger()
     ledger.arrive("heavy")

@@ -75,10 +75,11 @@ def make_scheduler(model_config: ModelConfig, shares_path: Path) -> Callable[...
         num_blocks: int = 2000,
         fair: bool = True,
         async_scheduling: bool = False,
+        max_num_seqs: int = 16,
         **settings: Any,
     ) -> Any:
         scheduler_config = SchedulerConfig(
-            max_num_seqs=16,
+            max_num_seqs=max_num_seqs,
             max_num_batched_tokens=budget,
             max_model_len=MAX_MODEL_LEN,
             long_prefill_token_threshold=threshold,
@@ -318,6 +319,50 @@ def test_without_holding_the_heavy_prefills_fill_the_step(
     assert step.total_num_scheduled_tokens == 2048
 
 
+def heavy_prefills_and_a_light_request(engine: Engine) -> tuple[list[Request], Request]:
+    heavy = [make_request("heavy", 1500) for _ in range(4)]
+    engine.add(*heavy)
+    engine.step()
+    light = make_request("light", 20)
+    engine.add(light)
+    return heavy, light
+
+
+def test_a_request_waiting_for_its_grammar_holds_nobody(
+    make_scheduler: Callable[..., Any],
+) -> None:
+    """vLLM passes over a request whose grammar is still compiling: holding the other
+    prefills for it would stall them for as long as the compile takes."""
+    engine = Engine(make_scheduler(budget=2048, threshold=512))
+    heavy, light = heavy_prefills_and_a_light_request(engine)
+    light.status = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR  # no grammar yet
+    step = engine.step()
+    assert light.request_id not in step.num_scheduled_tokens
+    assert all(r.request_id in step.num_scheduled_tokens for r in heavy)
+    assert step.total_num_scheduled_tokens == 2048
+
+
+def test_a_short_step_that_started_nothing_is_followed_by_whole_steps(
+    make_scheduler: Callable[..., Any],
+) -> None:
+    """The light request cannot start (vLLM skips it while output of its is still in
+    flight): one short step finds that out, then the heavy prefills run whole until it
+    can, and the light request starts in the first step after."""
+    engine = Engine(make_scheduler(budget=2048, threshold=512))
+    heavy, light = heavy_prefills_and_a_light_request(engine)
+    light.num_stale_output_tokens = 1  # vLLM's own reason to pass it over this step
+    short = engine.step()
+    assert light.request_id not in short.num_scheduled_tokens
+    assert short.total_num_scheduled_tokens < 2048  # held for it, once
+    whole = engine.step()
+    assert all(r.request_id in whole.num_scheduled_tokens for r in heavy)
+    assert whole.total_num_scheduled_tokens == 2048
+    light.num_stale_output_tokens = 0
+    assert light.request_id in engine.step().num_scheduled_tokens
+    engine.run()
+    assert sorted(engine.finished) == sorted(r.request_id for r in [*heavy, light])
+
+
 # The counters
 
 
@@ -369,10 +414,9 @@ def test_a_double_weight_counts_half_the_service(make_scheduler: Callable[..., A
         make_request("single", 600, max_tokens=5, weight=1.0),
         make_request("double", 600, max_tokens=5, weight=2.0),
     )
-    while engine.scheduler.requests:
-        engine.step()
-        for state in ledger.tenants.values():  # the service of each step over the weight
-            assert state.counter == pytest.approx(state.recent_sum / state.weight)
+    engine.run()
+    for state in ledger.tenants.values():  # the service over the weight
+        assert state.counter == pytest.approx(state.recent_sum / state.weight)
     double, single = ledger.tenants["double"], ledger.tenants["single"]
     assert (double.weight, single.weight) == (2.0, 1.0)
     assert double.tokens == single.tokens > 600  # the same work, at half the counter
@@ -422,18 +466,19 @@ SHARED = [1000 + n for n in range(6 * BLOCK)]  # six full blocks of one prefix
 
 
 def run_alone(engine: Engine, request: Request) -> list[tuple[int, float]]:
-    """Runs `request` to its end alone: each step's tokens and the charge it made."""
-    ledger = engine.scheduler.ledger
+    """Runs `request` to its end alone: each step's tokens and the service it charged
+    (what the shares count; the counter also holds the output budget prepaid)."""
+    state = engine.scheduler.ledger.tenants
     params = request.sampling_params
     assert params is not None and params.extra_args is not None
     tenant = params.extra_args[TENANT_ARG]
     engine.add(request)
     charges: list[tuple[int, float]] = []
     while request.request_id not in engine.finished:
-        before = ledger.counter(tenant)
+        before = state[tenant].recent_sum
         step = engine.step()
         charges.append(
-            (step.num_scheduled_tokens[request.request_id], ledger.counter(tenant) - before)
+            (step.num_scheduled_tokens[request.request_id], state[tenant].recent_sum - before)
         )
     return charges
 
@@ -485,6 +530,46 @@ def test_prompt_tokens_from_the_prefix_cache_cost_the_cached_rate(
     difference = ledger.counter("third") - ledger.counter("second")
     assert difference == pytest.approx(len(SHARED) * (PROMPT_COST - CACHED_COST))
     assert ledger.tenants["second"].tokens == ledger.tenants["third"].tokens
+
+
+def test_the_output_budget_counts_when_a_request_starts_and_the_rest_comes_back(
+    make_scheduler: Callable[..., Any],
+) -> None:
+    engine = Engine(make_scheduler(budget=512, **COSTS))
+    ledger = engine.scheduler.ledger
+    request = make_request("a", 100, max_tokens=50)
+    engine.add(request)
+    engine.step()  # the whole prompt, and the first output token
+    assert ledger.counter("a") == pytest.approx(100 * PROMPT_COST + 50 * OUTPUT_COST)
+    for _ in range(4):
+        engine.step()  # drawn from what was prepaid: the counter stays
+    assert ledger.counter("a") == pytest.approx(100 * PROMPT_COST + 50 * OUTPUT_COST)
+    assert len(request.output_token_ids) == 5
+    engine.scheduler.finish_requests(request.request_id, RequestStatus.FINISHED_ABORTED)
+    # Cut after five tokens: the other forty-five come back.
+    assert ledger.counter("a") == pytest.approx(100 * PROMPT_COST + 5 * OUTPUT_COST)
+    assert ledger.tenants["a"].recent_sum == pytest.approx(100 * PROMPT_COST + 5 * OUTPUT_COST)
+
+
+def test_a_tenant_back_from_idle_takes_no_burst_of_seats(
+    make_scheduler: Callable[..., Any],
+) -> None:
+    """Four seats, kept busy by one tenant's queue of answers of staggered lengths (the
+    seats free one at a time); a tenant back from idle queues eight. Lifted level with
+    the first, it would win every seat that frees until its produced tokens caught up
+    (the first four in a row); with its budgets counted as its requests start, the
+    seats alternate."""
+    engine = Engine(make_scheduler(budget=512, max_num_seqs=4))
+    engine.add(*(make_request("busy", 20, max_tokens=12 + 3 * i) for i in range(16)))
+    for _ in range(6):
+        engine.step()
+    engine.add(*(make_request("back", 20, max_tokens=12 + 3 * i) for i in range(8)))
+    started: list[str] = []
+    while len(started) < 8:
+        started += [r.split("-")[0] for r in new_ids(engine.step())]
+    runs = [len(list(run)) for tenant, run in itertools.groupby(started[:8]) if tenant == "back"]
+    assert max(runs) <= 2 and 3 <= sum(runs) <= 5, started
+    engine.run()
 
 
 # The shares
