@@ -8,8 +8,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.deferred.records import (
     ANSWERED,
@@ -115,18 +117,26 @@ class LineLeases:
                     .values(lease_until=until)
                 )
 
-    async def release(self, job_id: str, seq: int, replica: str) -> bool:
+    async def release(
+        self, job_id: str, seq: int, replica: str, record: UsageRecord | None = None
+    ) -> bool:
         """A line cut before its answer (a drain, a restart, capacity taken back): pending
-        again, to run later; its run stays counted among its cut ones (`Line.cut_runs`)."""
-        return await self.release_many([(job_id, seq)], replica) == 1
+        again, to run later; its run stays counted among its cut ones (`Line.cut_runs`),
+        and what the run did (`record`, under the run's own id) is billed with it."""
+        records = {(job_id, seq): record} if record is not None else None
+        return await self.release_many([(job_id, seq)], replica, records=records) == 1
 
     async def release_many(
-        self, held: list[tuple[str, int]], replica: str, counted: bool = True
+        self,
+        held: list[tuple[str, int]],
+        replica: str,
+        counted: bool = True,
+        records: dict[tuple[str, int], UsageRecord] | None = None,
     ) -> int:
         """`release` for many lines in one transaction (lines cut together: one commit,
-        not one each); answers how many were still this replica's to release. Not
-        `counted`: the runs were refused before any work, and their claims are undone
-        (`Line.cut_runs` as before them)."""
+        not one each), their runs' usage rows (`records`) in it; answers how many were
+        still this replica's to release. Not `counted`: the runs were refused before any
+        work, and their claims are undone (`Line.cut_runs` as before them)."""
         if not held:
             return 0
         lines = deferred_lines.c
@@ -140,12 +150,17 @@ class LineLeases:
                 .where(or_(*(_held(job_id, seq, replica) for job_id, seq in held)))
                 .values(**values)
             )
+            for (job_id, seq), record in (records or {}).items():
+                await _bill_run(conn, job_id, seq, record)
         return int(changed.rowcount)
 
-    async def failed(self, job_id: str, seq: int, replica: str) -> bool:
+    async def failed(
+        self, job_id: str, seq: int, replica: str, record: UsageRecord | None = None
+    ) -> bool:
         """A line whose run failed (an engine error), to run again: pending, the run
-        counted among its failed ones (`Line.failed_runs`) rather than its cut ones.
-        False when the line was no longer this replica's."""
+        counted among its failed ones (`Line.failed_runs`) rather than its cut ones, and
+        what it did (`record`) billed. False when the line was no longer this
+        replica's (the run is billed all the same)."""
         lines = deferred_lines.c
         engine = await self._engine()
         async with engine.begin() as conn:
@@ -159,7 +174,16 @@ class LineLeases:
                     attempts=lines.attempts - RUN + 1,
                 )
             )
+            if record is not None:
+                await _bill_run(conn, job_id, seq, record)
         return changed.rowcount == 1
+
+    async def bill_run(self, job_id: str, seq: int, record: UsageRecord) -> None:
+        """Bill a run that cannot answer or release its line (the line was closed or
+        taken meanwhile): the engine worked on it all the same."""
+        engine = await self._engine()
+        async with engine.begin() as conn:
+            await _bill_run(conn, job_id, seq, record)
 
     async def answer(
         self,
@@ -173,6 +197,7 @@ class LineLeases:
         """Answer a running line this replica holds: its result, its state and its usage
         row in one transaction. False (and nothing written) when the lease was lost: the
         replica that holds the line now answers it."""
+        lines = deferred_lines.c
         engine = await self._engine()
         async with engine.begin() as conn:
             changed = await conn.execute(
@@ -185,14 +210,17 @@ class LineLeases:
                     lease_owner=None,
                     lease_until=None,
                     finished_at=self.clock(),
-                    prompt_tokens=record.prompt_tokens if record is not None else 0,
-                    completion_tokens=record.completion_tokens if record is not None else 0,
+                    # Added to what the line's earlier runs (cut, failed) were billed.
+                    prompt_tokens=lines.prompt_tokens
+                    + (record.prompt_tokens if record is not None else 0),
+                    completion_tokens=lines.completion_tokens
+                    + (record.completion_tokens if record is not None else 0),
                 )
             )
             if changed.rowcount != 1:
                 return False
             if record is not None:
-                await conn.execute(insert(usage).values(**_row(record)))
+                await _insert_usage(conn, record)
         return True
 
     async def close_pending(self, job_id: str, to: str, running: bool = False) -> int:
@@ -245,3 +273,24 @@ class LineLeases:
             if len(rows) < chunk:
                 return
             last = rows[-1][0]
+
+
+async def _bill_run(conn: AsyncConnection, job_id: str, seq: int, record: UsageRecord) -> None:
+    """A run's usage row, its tokens added to its line's (what the batch reports)."""
+    lines = deferred_lines.c
+    await conn.execute(
+        update(deferred_lines)
+        .where(lines.job_id == job_id, lines.seq == seq)
+        .values(
+            prompt_tokens=lines.prompt_tokens + record.prompt_tokens,
+            completion_tokens=lines.completion_tokens + record.completion_tokens,
+        )
+    )
+    await _insert_usage(conn, record)
+
+
+async def _insert_usage(conn: AsyncConnection, record: UsageRecord) -> None:
+    """The row, once: a run billed already (its id is unique to it) is not billed again."""
+    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    statement = dialect_insert(usage).on_conflict_do_nothing(index_elements=["request_id"])
+    await conn.execute(statement.values(**_row(record)))

@@ -8,6 +8,8 @@ round the keys with work in turn, then round each key's jobs, so no key and no j
 starves another. A line is
 claimed under a lease when it starts (never held unstarted), its lease renewed while it
 runs, and answered in one transaction with its usage row (`DeferredStore.answer`).
+Every run the engine worked on is billed: one cut or failed before the answer, in the
+transaction that makes its line pending again, under the run's own id (`run_id`).
 
 Deferred lines are the first to stop: when admission stops admitting (the owner
 reclaims the GPU, a lending window closes, a drain) every running line is cut, and
@@ -24,11 +26,11 @@ way of an interactive request.
 Each model has its own engine and admission, so the cuts are per
 model: an interactive request for one model cuts only the lines on that model (a line
 on another frees nothing that request waits for), and a line whose model is not known
-counts as on every model. A cut line is pending again, runs later, and is billed only
-when answered. Retries are bounded (app.deferred.work): a line whose run failed runs
-again until it has failed `MAX_FAILED_RUNS` times, and one cut `MAX_CUT_RUNS` times is
-answered failed without running again. At each look at the jobs a replica also stops
-the lines it runs that are no longer its own: closed meanwhile (a revoked key's batch
+counts as on every model. A cut line is pending again and runs later. Retries are
+bounded (app.deferred.work): a line whose run failed runs again until it has failed
+`MAX_FAILED_RUNS` times, and one cut `MAX_CUT_RUNS` times is answered failed without
+running again. At each look at the jobs a replica also stops the lines it runs that are
+no longer its own: closed meanwhile (a revoked key's batch
 ends at once) or taken by another replica."""
 
 from __future__ import annotations
@@ -38,10 +40,24 @@ import logging
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from app.deferred.releases import CutReleases
 from app.deferred.store import DeferredStore, Job, Line
-from app.deferred.work import Capacity, Cut, Failed, Handler, NotRun, RunnerStats, Running
+from app.deferred.work import (
+    CUT_OUTCOME,
+    Capacity,
+    Cut,
+    Failed,
+    Handler,
+    NotRun,
+    RunBill,
+    RunnerStats,
+    Running,
+    run_id,
+)
 from app.tasks import cancel_and_wait, wait_event
+from app.tenancy.usage import UsageRecord
 
 log = logging.getLogger("lilac.deferred")
 
@@ -332,18 +348,12 @@ class DeferredRunner:
 
     async def _line(self, job: Job, line: Line) -> None:
         handler = self.handlers[job.kind]
+        bill = RunBill()
         try:
             try:
-                answer = await handler.run(job, line)
+                answer = await handler.run(job, line, bill)
             except (Cut, asyncio.CancelledError) as stopped:
-                if (job.id, line.seq) in self._taken:
-                    self.stats.lost += 1  # not ours to release
-                elif isinstance(stopped, Failed):
-                    self.stats.failed += 1
-                    await asyncio.shield(self.store.failed(job.id, line.seq, self.replica))
-                else:
-                    self.stats.cut += 1
-                    self._releases.add(job.id, line.seq, counted=not isinstance(stopped, NotRun))
+                await self._stopped(job, line, stopped, bill)
                 return
             if await asyncio.shield(
                 self.store.answer(
@@ -351,11 +361,15 @@ class DeferredRunner:
                 )
             ):
                 self.stats.answered += 1
-                if answer.record is not None:
-                    self.stats.prompt_tokens += answer.record.prompt_tokens
-                    self.stats.completion_tokens += answer.record.completion_tokens
+                self._count(answer.record)
             else:
                 self.stats.lost += 1
+                if answer.record is not None:  # refused, but the engine did the work
+                    record = msgspec.structs.replace(
+                        answer.record, request_id=run_id(answer.record.request_id, line)
+                    )
+                    await asyncio.shield(self.store.bill_run(job.id, line.seq, record))
+                    self._count(record)
         except Exception:
             # The database failed: the line stays claimed and runs again after its lease.
             log.exception("deferred work: line %d of %s could not be answered", line.seq, job.id)
@@ -363,6 +377,31 @@ class DeferredRunner:
             self.running.pop((job.id, line.seq), None)
             self._taken.discard((job.id, line.seq))
             self._wake.set()
+
+    async def _stopped(self, job: Job, line: Line, stopped: BaseException, bill: RunBill) -> None:
+        """A run that ended without the line's answer: the line pending again (or no
+        longer ours), and what the run did billed under its own id."""
+        if isinstance(stopped, NotRun):  # refused before the engine took it
+            record = None
+        else:
+            record = bill.record(line, "error" if isinstance(stopped, Failed) else CUT_OUTCOME)
+        self._count(record)
+        if (job.id, line.seq) in self._taken:
+            self.stats.lost += 1  # not ours to release
+            if record is not None:
+                await asyncio.shield(self.store.bill_run(job.id, line.seq, record))
+        elif isinstance(stopped, Failed):
+            self.stats.failed += 1
+            await asyncio.shield(self.store.failed(job.id, line.seq, self.replica, record))
+        else:
+            self.stats.cut += 1
+            counted = not isinstance(stopped, NotRun)
+            self._releases.add(job.id, line.seq, counted=counted, record=record)
+
+    def _count(self, record: UsageRecord | None) -> None:
+        if record is not None:
+            self.stats.prompt_tokens += record.prompt_tokens
+            self.stats.completion_tokens += record.completion_tokens
 
     async def cut_all(self) -> None:
         tasks = [running.task for running in self.running.values()]

@@ -9,8 +9,11 @@ runner has started) and `RunnerStats` (its counters). They live apart from the r
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from app.deferred.store import Job, Line, LineCounts
 from app.errors import APIError
@@ -28,6 +31,10 @@ INTERRUPTED_MESSAGE = (
     f"This request was stopped {MAX_CUT_RUNS} times before its end, to make room for "
     "interactive work or because the server stopped, and was not run again."
 )
+
+
+# The usage outcome of a run cut before the line's answer (it runs again, or ends).
+CUT_OUTCOME = "cut"
 
 
 class Cut(Exception):
@@ -73,6 +80,30 @@ class Answer:
     record: UsageRecord | None  # its usage row (None: unmetered)
 
 
+@dataclass(slots=True)
+class RunBill:
+    """The usage of one run of a line so far, for a run that ends without answering the
+    line (cut, failed, or its answer refused: the line was no longer this replica's).
+    The handler points `usage` at its meter as soon as the run has one; the runner
+    bills what it gives under the run's own id (`run_id`), so every run the engine
+    worked on is billed, once."""
+
+    usage: Callable[[str], UsageRecord | None] | None = None  # outcome -> usage row
+
+    def record(self, line: Line, outcome: str) -> UsageRecord | None:
+        record = self.usage(outcome) if self.usage is not None else None
+        if record is None:
+            return None
+        return msgspec.structs.replace(record, request_id=run_id(record.request_id, line))
+
+
+def run_id(request_id: str, line: Line) -> str:
+    """The usage id of one run of a line that did not answer it: the line's own id and
+    its claim count (`Line.attempts`), which no other run of the line, on any replica,
+    has."""
+    return f"{request_id}~{line.attempts}"
+
+
 class Handler(Protocol):
     """What a kind of job does with its lines and, once all are answered, with itself."""
 
@@ -80,7 +111,7 @@ class Handler(Protocol):
     active_states: tuple[str, ...]  # the job states the runner looks after
     runnable_states: tuple[str, ...]  # of those, the ones whose lines may start
 
-    async def run(self, job: Job, line: Line) -> Answer: ...
+    async def run(self, job: Job, line: Line, bill: RunBill | None = None) -> Answer: ...
 
     async def tend(self, job: Job, counts: LineCounts) -> None:
         """Expire, cancel or finalize the job as its state and lines say."""

@@ -8,8 +8,9 @@ its events (app.services.response_events), and stores the final Response; the li
 answer and its usage row then commit in one transaction, so it is billed once.
 
 - Cut (the owner took the GPU back, a drain, a restart, an interactive request needing
-  the slot): the run's events are discarded, the response is `queued` again and its
-  line pending; it runs again from its stored input when there is room.
+  the slot): what the run had the engine do is billed (outcome `cut`, under the run's
+  own id), its events are discarded, the response is `queued` again and its line
+  pending; it runs again from its stored input when there is room.
 - Cancelled (`POST /v1/responses/{id}/cancel`): a run on this replica stops at its next
   event, one on another replica at its next batch of events; the engine request is
   aborted, and what the engine ran until then (prompt and tokens generated) is billed,
@@ -30,6 +31,7 @@ from app.deferred.work import (
     INTERRUPTED_MESSAGE,
     Answer,
     Cut,
+    RunBill,
     interrupted,
     run_again,
 )
@@ -50,6 +52,7 @@ from app.services.streaming import SSEBody
 from app.storage.response_events import EventStore
 from app.storage.responses import ResponseStore
 from app.tenancy.keys import KeyNotFound, KeyRecord, KeyStore
+from app.tenancy.usage import UsageRecord
 from engine.admission.runtime import DEFERRED_PREFIX
 
 log = logging.getLogger("lilac.responses")
@@ -103,7 +106,7 @@ class BackgroundResponses:
         model = job.payload.get("model")
         return model if isinstance(model, str) else None
 
-    async def run(self, job: Job, line: Line) -> Answer:
+    async def run(self, job: Job, line: Line, bill: RunBill | None = None) -> Answer:
         current = await self.store.get(job.id)
         if current is None or current.state not in RUNNABLE:  # cancelled before it ran
             await self.set_cancelled(job)
@@ -115,7 +118,7 @@ class BackgroundResponses:
         try:
             if interrupted(line):
                 return await self._interrupted(job, recorder)
-            return await self._run(job, line, recorder, flag)
+            return await self._run(job, line, recorder, flag, bill or RunBill())
         except (Cut, asyncio.CancelledError):
             await asyncio.shield(self._requeue(job, recorder))
             raise
@@ -140,17 +143,18 @@ class BackgroundResponses:
     # ------------------------------------------------------------ one run
 
     async def _run(
-        self, job: Job, line: Line, recorder: EventRecorder, flag: asyncio.Event
+        self, job: Job, line: Line, recorder: EventRecorder, flag: asyncio.Event, bill: RunBill
     ) -> Answer:
         meter = LineMeter()
-        model = ""
+        # A run cut (or failed, to run again) is billed what the engine did for it.
+        bill.usage = lambda outcome: _record(job, meter, outcome)
         try:
             key = await self._key(job)
             meter.weight = key_weight(key)
             chat = await line_request(
                 line.body.encode(), job.owner, key, self.responses.seal, self.response_store
             )
-            model = chat.model
+            meter.model = chat.model
             chat.response_id, chat.created_at = job.id, job.created_at
             await recorder.discard()  # a run a crash cut left its events
             await self.store.move(job.id, ("queued",), "in_progress")
@@ -162,7 +166,7 @@ class BackgroundResponses:
             return Answer('{"status": "deleted"}', False, None)
         except Exception as exc:
             error = self._failure(exc, line)
-            return await self._failed(job, recorder, meter, model, error)
+            return await self._failed(job, recorder, meter, error)
         cancelled = over = False
         try:
             async with aclosing(body):
@@ -182,9 +186,9 @@ class BackgroundResponses:
             self._failure(meter.failure, line)  # capacity or a drain: Cut, run again
         if over:
             error = StoredTooLarge(recorder.size, recorder.max_bytes)
-            return await self._failed(job, recorder, meter, model, error)
+            return await self._failed(job, recorder, meter, error)
         if cancelled:
-            return await self._cancelled(job, recorder, meter, model)
+            return await self._cancelled(job, recorder, meter)
         await recorder.flush()
         final = frame_response(recorder.last or b"")
         if final is None:  # pragma: no cover - every stream ends in a lifecycle event
@@ -192,13 +196,13 @@ class BackgroundResponses:
         response = _response.decode(final)
         await self._finish(job, response)
         outcome = "completed" if response.status in ("completed", "incomplete") else "error"
-        return _answer(job, meter, model, response, outcome)
+        return _answer(job, meter, response, outcome)
 
     async def _interrupted(self, job: Job, recorder: EventRecorder) -> Answer:
         """A response cut too often to run again: failed, with nothing run."""
         error = APIError(INTERRUPTED_MESSAGE, code=INTERRUPTED)
         try:
-            return await self._failed(job, recorder, LineMeter(), "", error)
+            return await self._failed(job, recorder, LineMeter(), error)
         except ResponseNotFound:  # deleted meanwhile
             return Answer('{"status": "deleted"}', False, None)
 
@@ -214,7 +218,7 @@ class BackgroundResponses:
         return error
 
     async def _failed(
-        self, job: Job, recorder: EventRecorder, meter: LineMeter, model: str, error: APIError
+        self, job: Job, recorder: EventRecorder, meter: LineMeter, error: APIError
     ) -> Answer:
         generation = meter.usage_source
         response = await self._stored_response(job)
@@ -228,11 +232,9 @@ class BackgroundResponses:
             recorder.add_final(event_frame(ResponseFailed(response, seq + 1)))
             await recorder.flush()
         await self._finish(job, response)
-        return _answer(job, meter, model, response, "error")
+        return _answer(job, meter, response, "error")
 
-    async def _cancelled(
-        self, job: Job, recorder: EventRecorder, meter: LineMeter, model: str
-    ) -> Answer:
+    async def _cancelled(self, job: Job, recorder: EventRecorder, meter: LineMeter) -> Answer:
         await recorder.flush()
         generation = meter.usage_source
         assert isinstance(generation, ResponsesGeneration)
@@ -241,7 +243,7 @@ class BackgroundResponses:
         response.completed_at = None
         response.incomplete_details = None
         await self._finish(job, response)
-        return _answer(job, meter, model, response, "cancelled")
+        return _answer(job, meter, response, "cancelled")
 
     async def _finish(self, job: Job, response: Response) -> None:
         """Store the final response (one too large to store is stored failed)."""
@@ -315,14 +317,17 @@ def _status(response: Response) -> str:
     return _encoder.encode({"status": response.status}).decode()
 
 
-def _answer(job: Job, meter: LineMeter, model: str, response: Response, outcome: str) -> Answer:
+def _answer(job: Job, meter: LineMeter, response: Response, outcome: str) -> Answer:
     """The line's answer: the response's status, and its usage row with `outcome`."""
-    record = usage_record(
+    return Answer(_status(response), outcome == "completed", _record(job, meter, outcome))
+
+
+def _record(job: Job, meter: LineMeter, outcome: str) -> UsageRecord | None:
+    return usage_record(
         meter,
         key_id=job.key_id,
         request_id=job.id,
-        model=model,
+        model=meter.model,
         endpoint=ENDPOINT,
         outcome=outcome,
     )
-    return Answer(_status(response), outcome == "completed", record)

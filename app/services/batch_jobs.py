@@ -27,7 +27,14 @@ from app.deferred.store import (
     Line,
     LineCounts,
 )
-from app.deferred.work import INTERRUPTED, INTERRUPTED_MESSAGE, Answer, Cut, interrupted
+from app.deferred.work import (
+    INTERRUPTED,
+    INTERRUPTED_MESSAGE,
+    Answer,
+    Cut,
+    RunBill,
+    interrupted,
+)
 from app.errors import FileNotFound
 from app.services.batch_lines import LineRunner, closed_line, line_model
 from app.services.batch_validation import VALIDATE_LEASE_S, validate
@@ -90,11 +97,11 @@ class BatchJobs:
         self._keys: dict[str, KeyRecord] = {}
         self._validating: dict[str, asyncio.Task[bool]] = {}
 
-    async def run(self, job: Job, line: Line) -> Answer:
+    async def run(self, job: Job, line: Line, bill: RunBill | None = None) -> Answer:
         if interrupted(line):  # cut too often: failed, in the error file, without a run
             result = closed_line(job.id, line.seq, line.body, INTERRUPTED, INTERRUPTED_MESSAGE)
             return Answer(result, False, None)
-        return await self.lines.run(job, line, await self._live_key(job))
+        return await self.lines.run(job, line, await self._live_key(job), bill)
 
     def line_model(self, job: Job, line: Line) -> str | None:
         """The model the line's body names (checked when the batch was made)."""

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from app.deferred.store import Job, Line
-from app.deferred.work import Answer, Cut, run_again
+from app.deferred.work import Answer, Cut, RunBill, run_again
 from app.error_handlers import encode_error, to_api_error
 from app.errors import InvalidRequest
 from app.request_body import INLINE_BYTES, decode_checked
@@ -108,11 +108,15 @@ class LineRunner:
     def __init__(self, services: dict[str, GenerationService[Any]]) -> None:
         self.services = services  # endpoint -> its service
 
-    async def run(self, job: Job, line: Line, key: KeyRecord | None) -> Answer:
+    async def run(
+        self, job: Job, line: Line, key: KeyRecord | None, bill: RunBill | None = None
+    ) -> Answer:
         entry = input_line_decoder.decode(line.body)  # checked when the batch was made
         endpoint = job.payload["endpoint"]
         meter = LineMeter(weight=key_weight(key))
         n = 1
+        if bill is not None:  # a run cut or failed is billed what it did (n as decoded)
+            bill.usage = lambda outcome: self._record(job, line, endpoint, meter, n, outcome)
         try:
             request = await self._request(entry, endpoint, key, job.owner)
             n, meter.model = request.n, request.model

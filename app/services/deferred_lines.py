@@ -23,8 +23,8 @@ class LineMeter:
     """What a service fills in and finishes for a deferred line: the generation's usage
     (its engine tally is what the line is billed), the model, and the error that ended
     its stream after it began; and what the service reads, the weight of the line's key.
-    The usage row is written with the line's answer, so a line cut or failed is billed
-    when (and if) it is answered."""
+    The usage row is written with the line's answer; a run cut or failed before it is
+    billed with the line's release (app.deferred.work.RunBill)."""
 
     usage_source: UsageSource | None = None
     failure: BaseException | None = None
@@ -37,7 +37,7 @@ class LineMeter:
         self.failure = exc
 
     def abandon(self, exc: BaseException) -> None:
-        """Cut or cancelled: billed when (and if) the line is answered."""
+        """Cut or cancelled: billed by the runner, with the line's answer or release."""
 
 
 def usage_record(

@@ -97,6 +97,13 @@ async def usage_of(database: AsyncEngine, response_id: str) -> list[Any]:
         return list(await conn.execute(statement))
 
 
+async def cut_runs_of(database: AsyncEngine, response_id: str) -> list[Any]:
+    """The usage rows of the response's runs that did not answer it (cut, failed)."""
+    async with database.connect() as conn:
+        statement = select(usage).where(usage.c.request_id.startswith(f"{response_id}~"))
+        return list(await conn.execute(statement))
+
+
 async def test_queued_then_completed_stored_and_billed_once(
     database: AsyncEngine, tmp_path: Path
 ) -> None:
@@ -270,6 +277,10 @@ async def test_a_reclaim_cuts_it_back_to_queued_and_it_completes_once(
         assert sum(event["type"] == "response.created" for event in replay) == 1
         [row] = await usage_of(database, queued["id"])
         assert row.completion_tokens == 150
+        # The cut run is billed too: what the engine made before the owner came back.
+        [cut] = await cut_runs_of(database, queued["id"])
+        assert cut.outcome == "cut" and 5 < cut.completion_tokens < 150, cut
+        assert cut.prompt_tokens == row.prompt_tokens
 
 
 async def test_a_dead_replicas_run_is_answered_once(database: AsyncEngine, tmp_path: Path) -> None:

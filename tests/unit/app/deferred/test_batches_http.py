@@ -482,6 +482,15 @@ async def test_an_arriving_interactive_request_cuts_lines_over_the_limit(
         assert len(runner.running) > 1  # alone again: up to the concurrency flag
         done = await finished(http, secret, batch)
         assert done["request_counts"] == {"total": 8, "completed": 8, "failed": 0}
+        # Every line billed its answer; each run cut part-way billed what it had made.
+        async with database.connect() as conn:
+            statement = select(usage.c.request_id, usage.c.outcome, usage.c.completion_tokens)
+            rows = (await conn.execute(statement.where(usage.c.batch_id == batch["id"]))).all()
+        answers = [r for r in rows if "~" not in r.request_id]
+        cuts = [r for r in rows if "~" in r.request_id]
+        assert [(r.outcome, r.completion_tokens) for r in answers] == [("completed", 100)] * 8
+        assert 1 <= len(cuts) <= runner.stats.cut, rows
+        assert all(r.outcome == "cut" and 0 <= r.completion_tokens < 100 for r in cuts), cuts
 
 
 async def _running_at_least(runner: DeferredRunner, count: int) -> bool:

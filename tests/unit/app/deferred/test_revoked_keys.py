@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,13 @@ async def admin_batch(http: httpx.AsyncClient, batch_id: str) -> dict[str, Any]:
     return batch
 
 
-async def billed(database: AsyncEngine, batch_id: str) -> int:
+async def billed(database: AsyncEngine, batch_id: str) -> dict[str, int]:
+    """The batch's usage rows: `answered` (a line's answer), and by outcome those of
+    runs that did not answer their line (their ids are the run's, `~` and a count)."""
     async with database.connect() as conn:
-        statement = select(func.count()).select_from(usage).where(usage.c.batch_id == batch_id)
-        return int((await conn.execute(statement)).scalar_one())
+        statement = select(usage.c.request_id, usage.c.outcome).where(usage.c.batch_id == batch_id)
+        rows = (await conn.execute(statement)).all()
+    return dict(Counter("answered" if "~" not in rid else outcome for rid, outcome in rows))
 
 
 async def stopped(runners: list[DeferredRunner], batch_id: str) -> bool:
@@ -80,15 +84,20 @@ async def test_a_revoked_keys_batch_stops_on_every_replica(
                 assert time.monotonic() - revoked_at < 2.0, "the batch still runs"
                 await asyncio.sleep(0.02)
             answered = (await runners[0].store.counts([batch["id"]]))[batch["id"]].ok
+            rows = await billed(database, batch["id"])
             await asyncio.sleep(0.5)  # nothing more runs, or is billed, afterwards
             assert not any(runner.running for runner in runners)
             counts = (await runners[0].store.counts([batch["id"]]))[batch["id"]]
+            assert await billed(database, batch["id"]) == rows
         finally:
             for runner in runners:
                 await runner.close()
         assert counts.by_state == {"answered": answered, "cancelled": LINES - answered}
         assert 0 < answered < LINES
-        assert await billed(database, batch["id"]) == answered
+        # The answered lines; and the runs going on at the revocation (at most four a
+        # replica), stopped part-way or refused their answer, billed what the engine did.
+        assert rows.pop("answered") == answered
+        assert set(rows) <= {"completed", "cut"} and sum(rows.values()) <= 8, rows
         done = await admin_batch(two, batch["id"])  # read on the other replica
         assert done["status"] == "cancelled" and done["cancelled_at"], done
         assert done["request_counts"] == {

@@ -12,8 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import DeferredRunner
 from app.deferred.store import ANSWERED, PENDING, RUNNING, DeferredStore, Job, Line, LineCounts
-from app.deferred.work import Answer
+from app.deferred.work import Answer, RunBill
 from app.storage.database import TenantDatabase
+from app.tenancy.usage import UsageRecord
 from tests.unit.app.deferred.test_store import Clock, job, record, store_of, usage_count
 
 
@@ -62,7 +63,7 @@ class HeldLines:
         self.go = asyncio.Event()
         self.started: list[int] = []
 
-    async def run(self, job: Job, line: Line) -> Answer:
+    async def run(self, job: Job, line: Line, bill: RunBill | None = None) -> Answer:
         self.started.append(line.seq)
         await self.go.wait()
         return Answer(f'{{"seq": {line.seq}}}', True, record(f"r{line.seq}"))
@@ -339,9 +340,15 @@ class CountingStore(DeferredStore):
 
     releases: list[int]
 
-    async def release_many(self, held: list[tuple[str, int]], replica: str) -> int:
+    async def release_many(
+        self,
+        held: list[tuple[str, int]],
+        replica: str,
+        counted: bool = True,
+        records: dict[tuple[str, int], UsageRecord] | None = None,
+    ) -> int:
         self.releases.append(len(held))
-        return await super().release_many(held, replica)
+        return await super().release_many(held, replica, counted, records)
 
 
 async def test_lines_cut_together_are_released_in_one_transaction(
