@@ -102,6 +102,14 @@ class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
             default_note="32 MiB",
         ),
     ] = 32 * 1024 * 1024
+    max_live_batches: Annotated[
+        int,
+        Flag(
+            "batches one key may have not yet ended (validating, running, finalizing); "
+            "creating another is a 429 `too_many_batches` until one ends",
+            section="tenants",
+        ),
+    ] = 100
     batch_concurrency: Annotated[
         int,
         Flag(

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 
 from app.deferred.lines import LineLeases
 from app.deferred.records import (
@@ -189,6 +189,18 @@ class DeferredStore(LineLeases):
                 .values(lease_owner=replica, lease_until=now + lease_s)
             )
         return changed.rowcount == 1
+
+    async def count_jobs(self, kind: str, owner: str, states: tuple[str, ...]) -> int:
+        """How many of `owner`'s jobs of `kind` are in `states`."""
+        table = deferred_jobs
+        statement = (
+            select(func.count())
+            .select_from(table)
+            .where(table.c.kind == kind, table.c.owner == owner, table.c.state.in_(states))
+        )
+        engine = await self._engine()
+        async with engine.connect() as conn:
+            return int((await conn.execute(statement)).scalar_one())
 
     async def active(self, kind: str, states: tuple[str, ...]) -> list[Job]:
         """Every job of `kind` in `states`, oldest first (what the runner works on)."""

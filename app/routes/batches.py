@@ -15,7 +15,7 @@ from app.errors import InvalidRequest
 from app.request_body import read_json
 from app.schemas.batches import batch_create_decoder
 from app.services.batches import BatchService
-from app.tenancy.service import request_key
+from app.tenancy.service import request_key, request_tenancy
 
 BatchesDep = Annotated[BatchService, Dependency(skip_validation=True)]
 MAX_LIMIT = 100
@@ -28,8 +28,13 @@ def _json(value: Any, status: int = 200) -> Response[bytes]:
 
 @post("/v1/batches", status_code=200)
 async def create_batch(request: Request[Any, Any, Any], batches: BatchesDep) -> Response[bytes]:
+    """With keys, a creation takes one of the key's requests per minute, and a key has
+    at most `--max-live-batches` batches not yet ended (429 past either)."""
     body = await read_json(request, batch_create_decoder)
-    return _json(await batches.create(body, request_key(request)))
+    key = request_key(request)
+    if key is not None:
+        await request_tenancy(request).admit_request(key)
+    return _json(await batches.create(body, key))
 
 
 @get("/v1/batches/{batch_id:str}")

@@ -79,4 +79,4 @@ def build_batches(
     admission.interactive_queued.append(runner.make_room)
     admission.interactive_arrived.append(runner.interactive_arrived)
     admission.deferred_prefilled.append(runner.prefilled)
-    return BatchService(store, files, runner), runner
+    return BatchService(store, files, runner, settings.max_live_batches), runner

@@ -9,13 +9,14 @@ batch with `errors` saying which lines and why, as OpenAI's
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import msgspec
 
 from app.deferred.runner import DeferredRunner
 from app.deferred.store import DeferredStore, Job, LineCounts
-from app.errors import APIError, Conflict, InvalidRequest
+from app.errors import APIError, Conflict, InvalidRequest, TooManyRequests
 from app.schemas.batches import (
     COMPLETION_WINDOWS,
     FINAL_STATUSES,
@@ -34,6 +35,9 @@ from app.storage.database import owner_of
 from app.tenancy.keys import KeyRecord
 
 INPUT_PURPOSE = "batch"
+# The states of a batch not yet ended: what `max_live_batches` bounds per key.
+LIVE_STATES = ("validating", "in_progress", "cancelling", "finalizing")
+LIVE_RETRY_AFTER_S = 60.0
 
 
 class BatchNotFound(APIError):
@@ -48,13 +52,31 @@ class BatchNotFound(APIError):
         )
 
 
+class TooManyBatches(TooManyRequests):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"This key has {limit} batches that have not ended, the most it may have; "
+            "create more when one has completed, or cancel one.",
+            LIVE_RETRY_AFTER_S,
+            "too_many_batches",
+        )
+
+
 class BatchService:
     def __init__(
-        self, store: DeferredStore, files: Files, runner: DeferredRunner | None = None
+        self,
+        store: DeferredStore,
+        files: Files,
+        runner: DeferredRunner | None = None,
+        max_live: int = 100,
     ) -> None:
         self.store = store
         self.files = files
         self.runner = runner
+        self.max_live = max_live
+        # Counting a key's live batches and adding one is one step per replica, so that
+        # many creations at once cannot all pass the count.
+        self._creating = asyncio.Lock()
 
     async def create(self, request: BatchCreate, key: KeyRecord | None) -> Batch:
         if request.endpoint not in BATCH_ENDPOINTS:
@@ -98,7 +120,10 @@ class BatchService:
             created_at=now,
             expires_at=now + WINDOW_SECONDS[request.completion_window],
         )
-        await self.store.create(job, [])
+        async with self._creating:
+            if await self.store.count_jobs(KIND, owner, LIVE_STATES) >= self.max_live:
+                raise TooManyBatches(self.max_live)
+            await self.store.create(job, [])
         if self.runner is not None:
             self.runner.wake()
         return wire(job, LineCounts())

@@ -243,6 +243,11 @@ class Tenancy:
         minute (else 429). It writes no usage row."""
         if not key.limits.allows_model(model):
             raise ModelNotFound(model)
+        await self.admit_request(key)
+
+    async def admit_request(self, key: KeyRecord) -> None:
+        """A request of no model (creating a batch): one of the key's requests per
+        minute (else 429), no usage row."""
         try:
             await self.limiter.acquire_request(key.id, key.limits)
         except RateLimited as exc:

@@ -17,6 +17,7 @@ from app.tenancy.auth import OUTAGE_S, DatabaseKeys
 from app.tenancy.keys import KeyLimits, KeyRecord
 from app.tenancy.schema import usage, usage_dead_letter, usage_refusals
 from app.tenancy.service import Tenancy
+from engine.protocol import Engine
 from engine.scripted import ScriptedEngine
 from tests.client import AppClient
 
@@ -37,12 +38,13 @@ def bearer(secret: str) -> dict[str, str]:
 async def keyed_app(
     database: AsyncEngine,
     spool: Path,
-    engine: ScriptedEngine | None = None,
+    engine: Engine | None = None,
     outage_s: float = OUTAGE_S,
+    **settings: Any,
 ) -> AsyncIterator[tuple[AppClient, Tenancy]]:
     tenancy = Tenancy.with_database(database, spool, outage_s=outage_s)
     app = create_app(
-        Settings(admin_key=ADMIN_KEY, auth="keys"),
+        Settings(admin_key=ADMIN_KEY, auth="keys", **settings),
         engine=engine or ScriptedEngine(),
         tenancy=tenancy,
     )
