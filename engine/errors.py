@@ -18,10 +18,24 @@ class EngineRequestError(EngineError):
 
 
 class ContextLengthExceeded(EngineRequestError):
+    """`at_least`: the prompt was not tokenized (engine.prompt_bound), `prompt_tokens` is
+    the fewest tokens its length allows."""
+
     def __init__(
-        self, prompt_tokens: int, requested_output: int | None, max_model_len: int
+        self,
+        prompt_tokens: int,
+        requested_output: int | None,
+        max_model_len: int,
+        at_least: bool = False,
     ) -> None:
-        if requested_output is None:
+        if at_least:
+            message = (
+                f"This model's maximum context length is {max_model_len} tokens, and the "
+                f"prompt is too long to fit: it has at least {prompt_tokens} tokens. Please "
+                f"reduce the prompt."
+            )
+            param = "messages"
+        elif requested_output is None:
             message = (
                 f"This model's maximum context length is {max_model_len} tokens, and the "
                 f"prompt has {prompt_tokens} tokens, which leaves no room for output."
@@ -39,6 +53,7 @@ class ContextLengthExceeded(EngineRequestError):
         self.prompt_tokens = prompt_tokens
         self.requested_output = requested_output
         self.max_model_len = max_model_len
+        self.at_least = at_least
 
 
 class EngineUnavailable(EngineError):

@@ -111,7 +111,7 @@ ToParent = Batch | Reply | Status
 def error_info(exc: BaseException) -> ErrorInfo:
     """How an error raised in the engine's process travels."""
     if isinstance(exc, ContextLengthExceeded):
-        numbers = (exc.prompt_tokens, exc.requested_output, exc.max_model_len)
+        numbers = (exc.prompt_tokens, exc.requested_output, exc.max_model_len, int(exc.at_least))
         return ErrorInfo("context", exc.message, exc.param, exc.code, numbers)
     if isinstance(exc, EngineRequestError):
         return ErrorInfo("request", exc.message, exc.param, exc.code)
@@ -124,9 +124,11 @@ def error_info(exc: BaseException) -> ErrorInfo:
 
 def to_error(info: ErrorInfo) -> EngineError:
     if info.kind == "context":
-        prompt_tokens, requested_output, max_model_len = info.numbers
+        prompt_tokens, requested_output, max_model_len, at_least = info.numbers
         assert prompt_tokens is not None and max_model_len is not None
-        return ContextLengthExceeded(prompt_tokens, requested_output, max_model_len)
+        return ContextLengthExceeded(
+            prompt_tokens, requested_output, max_model_len, at_least=bool(at_least)
+        )
     if info.kind == "request":
         return EngineRequestError(info.message, param=info.param, code=info.code)
     if info.kind == "unavailable":

@@ -129,7 +129,8 @@ class VLLMEngine:
         template = template or self._tokenizer.chat_template
         if not template:
             raise EngineFailure(f"{self._config.model} has no chat template; pass --chat-template")
-        self._prompts = Prompts.of(self._tokenizer, template, family)
+        max_model_len = self._model.max_model_len if self._model is not None else 0
+        self._prompts = Prompts.of(self._tokenizer, template, family, max_model_len)
         self._parsing = OutputParsing(family, self._tokenizer)
         vocab = self._tokenizer.get_vocab()
         turn_ends = family.turn_ends if family else ()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.families import Family
+from engine.prompt_bound import PromptBound, prompt_bound
 from engine.protocol import GenerateRequest
 from engine.templates import render_chat
 from engine.tool_use import calls_tools
@@ -25,14 +26,25 @@ class Prompts:
     special_tokens: dict[str, str]
     encode: Encode
     family: Family | None = None
+    bound: PromptBound | None = None  # a text this long is refused untokenized
 
     @classmethod
-    def of(cls, tokenizer: Any, template: str, family: Family | None) -> Prompts:
+    def of(
+        cls, tokenizer: Any, template: str, family: Family | None, max_model_len: int = 0
+    ) -> Prompts:
         special_tokens = {
             "bos_token": tokenizer.bos_token or "",
             "eos_token": tokenizer.eos_token or "",
         }
-        return cls(template, special_tokens, encoder(tokenizer), family)
+        bound = prompt_bound(tokenizer, max_model_len)
+        return cls(template, special_tokens, encoder(tokenizer), family, bound)
+
+    def _bounded(self, text: str, request: GenerateRequest | None = None) -> str:
+        """`text`, unless it is too long for the context whatever its tokens (a request
+        that truncates its prompt keeps its last tokens instead)."""
+        if self.bound is not None and (request is None or request.truncate_prompt_tokens is None):
+            self.bound.check(text, request.sampling.max_tokens if request is not None else None)
+        return text
 
     def token_ids(self, request: GenerateRequest) -> list[int]:
         """A request's messages rendered and encoded, else its prompt encoded."""
@@ -54,9 +66,9 @@ class Prompts:
                 template_kwargs=kwargs,
             )
             # The template already wrote the special tokens (unless asked for them too).
-            return self.encode(text, bool(request.add_special_tokens))
+            return self.encode(self._bounded(text, request), bool(request.add_special_tokens))
         add_special = request.add_special_tokens is not False
-        return self.encode(request.prompt or "", add_special)
+        return self.encode(self._bounded(request.prompt or "", request), add_special)
 
     def tokenize(
         self,
@@ -74,5 +86,5 @@ class Prompts:
                 add_generation_prompt=add_generation_prompt,
                 special_tokens=self.special_tokens,
             )
-            return self.encode(text, False)
-        return self.encode(prompt or "", add_special_tokens)
+            return self.encode(self._bounded(text), False)
+        return self.encode(self._bounded(prompt or ""), add_special_tokens)
