@@ -11,6 +11,8 @@ answer and its usage row then commit in one transaction, so it is billed once.
   the slot): what the run had the engine do is billed (outcome `cut`, under the run's
   own id), its events are discarded, the response is `queued` again and its line
   pending; it runs again from its stored input when there is room.
+- Its key revoked (or deleted): cancelled as below, at the runner's next look at the
+  jobs on any replica.
 - Cancelled (`POST /v1/responses/{id}/cancel`): a run on this replica stops at its next
   event, one on another replica at its next batch of events; the engine request is
   aborted, and what the engine ran until then (prompt and tokens generated) is billed,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import aclosing
 
 import msgspec
@@ -64,6 +67,8 @@ RUNNABLE = ("queued", "in_progress")
 _encoder = msgspec.json.Encoder()
 _response = msgspec.json.Decoder(Response)
 _CANCELLED = '{"status": "cancelled"}'
+KEY_READ_EVERY_S = 1.0  # a key's revocation is seen within this (and a tick of the jobs)
+MAX_KEYS_REMEMBERED = 10_000
 
 
 class BackgroundResponses:
@@ -92,6 +97,7 @@ class BackgroundResponses:
         self.hub = hub
         self.keys = keys
         self.cancels: dict[str, asyncio.Event] = {}  # responses running here -> stop
+        self._revocations: dict[str, tuple[float, bool]] = {}  # key id -> (read at, revoked)
 
     def cancel_here(self, response_id: str) -> bool:
         """Stop the run of `response_id` if this replica runs it."""
@@ -126,6 +132,14 @@ class BackgroundResponses:
             self.cancels.pop(job.id, None)
 
     async def tend(self, job: Job, counts: LineCounts) -> None:
+        if job.state in RUNNABLE and await self._revoked(job):
+            # A revoked (or deleted) key's response ends now: cancelled, its run here
+            # stopped at its next event (on another replica at its next batch of
+            # events), what ran billed.
+            await self.store.move(job.id, RUNNABLE, "cancelling")
+            job.state = "cancelling"
+            self.cancel_here(job.id)
+            log.info("background response %s: its key was revoked; cancelled", job.id)
         if job.state == "cancelling" and counts.unfinished:
             closed = await self.store.close_pending(job.id, CANCELLED)
             # Running on a replica that died before it saw the cancel: its lease ran out,
@@ -298,6 +312,25 @@ class BackgroundResponses:
     async def set_cancelled(self, job: Job) -> None:
         """A response cancelled before it ran: `cancelled`, no output, nothing billed."""
         await self._set_status(job, "cancelled")
+
+    async def _revoked(self, job: Job) -> bool:
+        """Whether the response's key has been revoked or deleted, as the database has
+        it (read at most once a second per key)."""
+        if job.key_id is None or self.keys is None:
+            return False
+        now = time.monotonic()
+        known = self._revocations.get(job.key_id)
+        if known is not None and now - known[0] < KEY_READ_EVERY_S:
+            return known[1]
+        try:
+            key = await self.keys.get(job.key_id)
+            revoked = key is None or key.revoked
+        except KeyNotFound:
+            revoked = True
+        if len(self._revocations) > MAX_KEYS_REMEMBERED:
+            self._revocations.clear()
+        self._revocations[job.key_id] = (now, revoked)
+        return revoked
 
     async def _key(self, job: Job) -> KeyRecord | None:
         """The response's key as the database has it now (its models, priority, group);

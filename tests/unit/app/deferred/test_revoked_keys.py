@@ -1,7 +1,8 @@
-"""A revoked key's batch stops at once on every replica: two replicas (two apps, each
-its engine and runner at the default ticks) over one database run a batch; the key is
-revoked through the admin API of one, and within 2 s no line of it runs on either,
-every line not answered is `cancelled`, and the batch ends `cancelled`, reporting them."""
+"""A revoked key's batches and background responses stop at once. Its batch, on every
+replica: two replicas (two apps, each its engine and runner at the default ticks) over
+one database run a batch; the key is revoked through the admin API of one, and within
+2 s no line of it runs on either, every line not answered is `cancelled`, and the batch
+ends `cancelled`, reporting them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import DeferredRunner
+from app.storage.responses_schema import stored_responses
 from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
 from tests.client import provided
@@ -110,3 +112,52 @@ async def test_a_revoked_keys_batch_stops_on_every_replica(
         assert {e["error"]["code"] for e in errors} == {"batch_cancelled"}
         out = await file_lines(one, key_id, done["output_file_id"])
         assert len(out) == answered
+
+
+async def test_a_revoked_keys_background_responses_end_at_once(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """One running, one queued behind it: within 2 s of the revocation both are
+    `cancelled`, the running one's engine request aborted and what it ran billed once,
+    the queued one billed nothing."""
+    engine = ScriptedEngine(["x"] * 400, token_delay_s=0.01)
+    async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
+        key_id, secret = await new_key(tenancy, rpm=None)
+        runner: DeferredRunner = provided(http.app, "batch_runner")
+        runner.concurrency = 1
+        runner.jobs_every_s = 1.0  # the default look at the jobs, once a second
+        body = {"model": "scripted", "input": "hi", "background": True, "max_output_tokens": 400}
+        ids = []
+        for _ in range(2):
+            made = await http.post("/v1/responses", json=body, headers=bearer(secret))
+            assert made.status_code == 200, made.text
+            ids.append(made.json()["id"])
+        deadline = time.monotonic() + 30
+        while not engine.running:
+            assert time.monotonic() < deadline, "the first response never ran"
+            await runner.step()
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # some tokens
+        revoked_at = time.monotonic()
+        response = await http.delete(f"/admin/keys/{key_id}", headers=bearer(ADMIN_KEY))
+        assert response.status_code == 200, response.text
+
+        async def statuses() -> list[str]:
+            async with database.connect() as conn:
+                rows = await conn.execute(
+                    select(stored_responses.c.id, stored_responses.c.status).where(
+                        stored_responses.c.id.in_(ids)
+                    )
+                )
+                found = dict(rows.all())
+            return [found[rid] for rid in ids]
+
+        while await statuses() != ["cancelled", "cancelled"] or engine.running:
+            assert time.monotonic() - revoked_at < 2.0, await statuses()
+            await runner.step()  # a tick (the app's own runner ticks too)
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        async with database.connect() as conn:
+            rows = (await conn.execute(select(usage).where(usage.c.key_id == key_id))).all()
+        assert [(r.request_id, r.outcome) for r in rows] == [(ids[0], "cancelled")]
+        assert 0 < rows[0].completion_tokens < 400
