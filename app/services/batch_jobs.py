@@ -53,6 +53,9 @@ STOPPABLE = ("validating", "in_progress", "cancelling")
 # A tick waits this long for a validation before going on (a small file is validated,
 # and its first lines started, in the tick that sees the batch).
 VALIDATE_WAIT_S = 0.5
+# Validations one replica runs at once: each holds its file's valid lines until they are
+# written, so this bounds their memory at this many input files (the others wait).
+MAX_VALIDATIONS = 2
 
 
 class Files(Protocol):
@@ -178,6 +181,8 @@ class BatchJobs:
         `job` has its new state, so its lines start in this tick."""
         task = self._validating.get(job.id)
         if task is None:
+            if len(self._validating) >= MAX_VALIDATIONS:
+                return  # a later tick, once one of those has ended
             if not await self.store.hold(job.id, self.replica, VALIDATE_LEASE_S):
                 return  # another replica validates it
             task = asyncio.get_running_loop().create_task(self._validation(job))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -73,3 +74,44 @@ async def test_a_key_has_at_most_its_live_batches_even_sent_at_once(
             assert again.json()["error"]["code"] == "too_many_batches"
             assert asyncio.get_running_loop().time() < deadline, "the cancelled batch never ended"
             await asyncio.sleep(0.05)
+
+
+async def test_a_replica_validates_two_batches_at_a_time(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """Five batches made at once: the runner's look at the jobs starts two validations
+    (each holds its file in memory), the others stay `validating` until a later look,
+    and all five end up running."""
+    async with keyed_app(database, tmp_path / "spool.jsonl") as (http, tenancy):
+        key_id, secret = await new_key(tenancy, rpm=None)
+        runner = runner_of(http)
+        jobs = runner.handlers["batch"]
+        started: list[str] = []
+        at_once: list[int] = []
+        validation = jobs._validation  # type: ignore[attr-defined]
+
+        async def counted(job: Any) -> bool:  # a large file: a second's validation
+            started.append(job.id)
+            at_once.append(len(jobs._validating))  # type: ignore[attr-defined]
+            await asyncio.sleep(1.0)
+            return bool(await validation(job))
+
+        jobs._validation = counted  # type: ignore[attr-defined]
+        file_id = await upload(http, key_id, [chat_line(f"r{i}") for i in range(3)])
+        made = [
+            (await http.post(BATCHES, json=creation(file_id), headers=bearer(secret))).json()["id"]
+            for _ in range(5)
+        ]
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            await runner.step()
+            states = [
+                (await http.get(f"{BATCHES}/{b}", headers=bearer(secret))).json()["status"]
+                for b in made
+            ]
+            if "validating" not in states:
+                break
+            assert asyncio.get_running_loop().time() < deadline, states
+            await asyncio.sleep(0.02)
+        assert sorted(started) == sorted(made)
+        assert max(at_once) == 2, at_once
