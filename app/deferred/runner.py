@@ -50,6 +50,7 @@ from app.deferred.work import (
     Cut,
     Failed,
     Handler,
+    KeyAtLimits,
     NotRun,
     RunBill,
     RunnerStats,
@@ -57,6 +58,7 @@ from app.deferred.work import (
     run_id,
 )
 from app.tasks import cancel_and_wait, wait_event
+from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.usage import UsageRecord
 
 log = logging.getLogger("lilac.deferred")
@@ -64,6 +66,7 @@ log = logging.getLogger("lilac.deferred")
 # How often an idle runner (no job, no line running) looks for jobs: those made on this
 # replica wake it at once, so only another replica's new jobs wait for this.
 IDLE_JOBS_EVERY_S = 5.0
+MAX_RESTING = 10_000  # keys remembered as at their deferred limits, before a sweep
 
 
 class DeferredRunner:
@@ -85,6 +88,7 @@ class DeferredRunner:
         clock: Callable[[], float] = time.monotonic,
         should_poll: Callable[[], bool] = lambda: True,
         model_name: Callable[[str], str | None] = lambda name: name,
+        limits: DeferredLimits | None = None,
     ) -> None:
         self.store = store
         self.capacity = capacity
@@ -101,6 +105,8 @@ class DeferredRunner:
         self._clock = clock
         self._should_poll = should_poll
         self._model_name = model_name  # a name a line gives -> the model admission knows
+        self.limits = limits or DeferredLimits()  # the keys' deferred work (handlers hold it)
+        self._resting: dict[str, float] = {}  # owner -> when its lines may start again
         self.running: dict[tuple[str, int], Running] = {}
         self.stats = RunnerStats()
         self._jobs: list[Job] = []
@@ -301,7 +307,12 @@ class DeferredRunner:
     def _plan(self, room: int) -> list[tuple[Job, int]]:
         """Spare slots to the highest kind with work; within it by key in turn, then by
         job within a key."""
-        waiting = [job for job in self._jobs if job.id not in self._exhausted]
+        now = self._clock()
+        waiting = [
+            job
+            for job in self._jobs
+            if job.id not in self._exhausted and self._resting.get(job.owner, 0.0) <= now
+        ]
         top = max((self.precedence(job) for job in waiting), default=0)
         by_key: dict[str, list[Job]] = {}
         for job in waiting:
@@ -397,6 +408,11 @@ class DeferredRunner:
             self.stats.cut += 1
             counted = not isinstance(stopped, NotRun)
             self._releases.add(job.id, line.seq, counted=counted, record=record)
+        if isinstance(stopped, KeyAtLimits):  # the key's other lines wait too
+            self._resting[job.owner] = self._clock() + stopped.retry_after_s
+            if len(self._resting) > MAX_RESTING:
+                now = self._clock()
+                self._resting = {k: t for k, t in self._resting.items() if t > now}
 
     def _count(self, record: UsageRecord | None) -> None:
         if record is not None:

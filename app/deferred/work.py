@@ -53,6 +53,16 @@ class NotRun(Cut):
     was done (a restarting engine refuses every line for as long as it loads)."""
 
 
+class KeyAtLimits(NotRun):
+    """The line's key has its deferred work at its limits (tokens a minute, concurrency:
+    app.tenancy.deferred_limits): not run now, and the key's lines wait
+    `retry_after_s` before the runner starts another."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 def run_again(error: APIError, line: Line) -> Cut | None:
     """What becomes of a line whose run ended in `error`: `NotRun` for a 5xx that is no
     engine failure (the server refused it), `Failed` for an engine failure while the

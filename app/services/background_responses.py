@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import aclosing
+from contextlib import ExitStack, aclosing
 
 import msgspec
 
@@ -46,7 +46,7 @@ from app.schemas.responses_output import (
     ResponseErrorBody,
     ResponseFailed,
 )
-from app.services.deferred_lines import LineMeter, key_weight, usage_record
+from app.services.deferred_lines import LineMeter, key_weight, usage_record, within_limits
 from app.services.response_events import EventHub, EventRecorder, OverBound, frame_response
 from app.services.responses import ResponsesService
 from app.services.responses_background import ENDPOINT, line_request
@@ -54,6 +54,7 @@ from app.services.responses_output import ResponsesGeneration, event_frame
 from app.services.streaming import SSEBody
 from app.storage.response_events import EventStore
 from app.storage.responses import ResponseStore
+from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.keys import KeyNotFound, KeyRecord, KeyStore
 from app.tenancy.usage import UsageRecord
 from engine.admission.runtime import DEFERRED_PREFIX
@@ -88,8 +89,10 @@ class BackgroundResponses:
         hub: EventHub,
         keys: KeyStore | None,
         replica: str = "",
+        limits: DeferredLimits | None = None,
     ) -> None:
         self.replica = replica
+        self.limits = limits or DeferredLimits()  # the keys' deferred work, counted
         self.store = store
         self.responses = responses
         self.response_store = response_store
@@ -124,7 +127,8 @@ class BackgroundResponses:
         try:
             if interrupted(line):
                 return await self._interrupted(job, recorder)
-            return await self._run(job, line, recorder, flag, bill or RunBill())
+            with ExitStack() as held:  # the key's deferred limits, while it runs
+                return await self._run(job, line, recorder, flag, bill or RunBill(), held)
         except (Cut, asyncio.CancelledError):
             await asyncio.shield(self._requeue(job, recorder))
             raise
@@ -157,7 +161,13 @@ class BackgroundResponses:
     # ------------------------------------------------------------ one run
 
     async def _run(
-        self, job: Job, line: Line, recorder: EventRecorder, flag: asyncio.Event, bill: RunBill
+        self,
+        job: Job,
+        line: Line,
+        recorder: EventRecorder,
+        flag: asyncio.Event,
+        bill: RunBill,
+        held: ExitStack,
     ) -> Answer:
         meter = LineMeter()
         # A run cut (or failed, to run again) is billed what the engine did for it.
@@ -170,6 +180,8 @@ class BackgroundResponses:
             )
             meter.model = chat.model
             chat.response_id, chat.created_at = job.id, job.created_at
+            tokens = self.responses.reserved_tokens(chat, len(line.body))
+            held.enter_context(within_limits(self.limits, key, tokens, 1, meter))
             await recorder.discard()  # a run a crash cut left its events
             await self.store.move(job.id, ("queued",), "in_progress")
             await self._set_status(job, "in_progress")

@@ -27,7 +27,7 @@ def build_background(
     hub = EventHub()
     responses = services["responses"]
     handler = BackgroundResponses(
-        runner.store, responses, response_store, events, hub, keys, runner.replica
+        runner.store, responses, response_store, events, hub, keys, runner.replica, runner.limits
     )
     runner.handlers[handler.kind] = handler
     return BackgroundService(runner.store, responses, response_store, events, hub, handler, runner)

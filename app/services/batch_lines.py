@@ -34,10 +34,17 @@ from app.schemas.batches import (
 from app.schemas.chat import chat_request_decoder
 from app.schemas.completions import completion_request_decoder
 from app.schemas.responses import responses_request_decoder
-from app.services.deferred_lines import LineMeter, as_key, key_weight, usage_record
+from app.services.deferred_lines import (
+    LineMeter,
+    as_key,
+    key_weight,
+    usage_record,
+    within_limits,
+)
 from app.services.generation import GenerationService
 from app.services.responses_request import ResponsesChatRequest, chat_request
 from app.services.responses_sealing import ReasoningSeal
+from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.keys import KeyRecord
 from app.tenancy.usage import UsageRecord
 from engine.admission.runtime import DEFERRED_PREFIX
@@ -105,8 +112,11 @@ def closed_line(job_id: str, seq: int, body: str, code: str, message: str) -> st
 
 
 class LineRunner:
-    def __init__(self, services: dict[str, GenerationService[Any]]) -> None:
+    def __init__(
+        self, services: dict[str, GenerationService[Any]], limits: DeferredLimits | None = None
+    ) -> None:
         self.services = services  # endpoint -> its service
+        self.limits = limits or DeferredLimits()  # the keys' deferred work, counted
 
     async def run(
         self, job: Job, line: Line, key: KeyRecord | None, bill: RunBill | None = None
@@ -120,9 +130,10 @@ class LineRunner:
         try:
             request = await self._request(entry, endpoint, key, job.owner)
             n, meter.model = request.n, request.model
-            body = await self.services[endpoint].complete(
-                request, DEFERRED_PREFIX + job.owner, meter
-            )
+            service = self.services[endpoint]
+            tokens = service.reserved_tokens(request, len(entry.body))
+            with within_limits(self.limits, key, tokens, service.slots(request), meter):
+                body = await service.complete(request, DEFERRED_PREFIX + job.owner, meter)
         except Cut:
             raise
         except Exception as exc:

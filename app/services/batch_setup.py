@@ -19,6 +19,7 @@ from app.settings import Settings
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.tenancy.db import sqlite_path
+from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.keys import KeyStore
 from engine.admission.runtime import AdmissionController
 from engine.warm.pool import ModelPool
@@ -61,7 +62,9 @@ def build_batches(
     replica = replica_name(settings)
     endpoints = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
     endpoints["/v1/responses"] = "responses"
-    lines = LineRunner({url: services[name] for url, name in endpoints.items() if name in services})
+    limits = DeferredLimits()  # the keys' batch lines and background responses, counted
+    by_endpoint = {url: services[name] for url, name in endpoints.items() if name in services}
+    lines = LineRunner(by_endpoint, limits)
     jobs = BatchJobs(store, files, lines, keys, replica)
     runner = DeferredRunner(
         store,
@@ -75,6 +78,7 @@ def build_batches(
         lease_s=settings.batch_lease_s,
         should_poll=lambda: has_database(database),
         model_name=admitted_model_names(services.get("models")),
+        limits=limits,
     )
     admission.interactive_queued.append(runner.make_room)
     admission.interactive_arrived.append(runner.interactive_arrived)

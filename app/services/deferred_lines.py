@@ -5,11 +5,15 @@ usage row the line's answer is billed with, and the request as its key may send 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from app.deferred.work import KeyAtLimits
 from app.errors import ModelNotFound
 from app.services.admission import clamp_priority
+from app.tenancy.deferred_limits import DeferredLimits, OverDeferredLimits
 from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import DEFAULT_WEIGHT, KeyRecord
 from app.tenancy.usage import UsageRecord
@@ -94,3 +98,25 @@ def as_key(request: Request, key: KeyRecord | None) -> Request:
     else:
         fields.priority = clamp_priority(fields.priority)
     return request
+
+
+@contextmanager
+def within_limits(
+    limits: DeferredLimits, key: KeyRecord | None, tokens: int, slots: int, meter: LineMeter
+) -> Iterator[None]:
+    """Run the line inside its key's deferred limits: `tokens` (the estimate the key's
+    interactive requests reserve) and `slots` held while it runs, settled with what the
+    engine used; `KeyAtLimits` (the line not run, its key's lines resting) when the key
+    has no room now."""
+    try:
+        reservation = limits.hold(key, tokens, slots)
+    except OverDeferredLimits as exc:
+        raise KeyAtLimits(str(exc), exc.retry_after_s) from exc
+    try:
+        yield
+    finally:
+        generation = meter.usage_source
+        used = 0
+        if generation is not None:
+            used = generation.engine_prompt_tokens + generation.engine_completion_tokens
+        limits.settle(reservation, used)
