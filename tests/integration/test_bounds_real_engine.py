@@ -121,25 +121,33 @@ async def test_over_the_bounds_is_a_400_through_the_real_engine(real_client: App
 async def test_a_prompt_longer_than_the_context_can_hold_is_refused_untokenized(
     real_client: AppClient,
 ) -> None:
-    """Longer than the context times the tokenizer's longest entry: a 400 naming the
-    fewest tokens it could be, on every route that would tokenize it, and nothing reaches
-    the engine; within the bound the prompt is tokenized and counted as before."""
+    """Longer than the context times the tokenizer's longest entry: `count_tokens` and
+    `/tokenize` answer a 400 naming the fewest tokens it could be, without tokenizing it;
+    generation refuses it before the engine too (here admission's estimate of its size
+    comes first); nothing reaches the engine. Within the bound it is counted as before."""
     host = provided(real_client.app, "host")
     huge = "lighthouse " * 200_000  # 2.2 MB: beyond any bound of this model's context
-    chat = await real_client.post(URL, json=body(messages=[{"role": "user", "content": huge}]))
-    completion = await real_client.post(
-        "/v1/completions", json={"model": DEFAULT_MODEL_NAME, "prompt": huge, "max_tokens": 1}
-    )
     counted = await real_client.post(
         "/v1/messages/count_tokens",
         json={"model": DEFAULT_MODEL_NAME, "messages": [{"role": "user", "content": huge}]},
     )
-    for response in (chat, completion):
+    tokenized = await real_client.post(
+        "/tokenize", json={"model": DEFAULT_MODEL_NAME, "prompt": huge}
+    )
+    for response in (counted, tokenized):
         assert response.status_code == 400, response.text
         error = response.json()["error"]
-        assert error["code"] == "context_length_exceeded" and "at least" in error["message"]
-    assert counted.status_code == 400, counted.text
-    assert "at least" in counted.json()["error"]["message"]
+        assert error["type"] == "invalid_request_error", error
+        assert "at least" in error["message"], error
+    assert tokenized.json()["error"]["code"] == "context_length_exceeded"  # Anthropic's: no code
+    chat = await real_client.post(URL, json=body(messages=[{"role": "user", "content": huge}]))
+    completion = await real_client.post(
+        "/v1/completions", json={"model": DEFAULT_MODEL_NAME, "prompt": huge, "max_tokens": 1}
+    )
+    for response in (chat, completion):
+        assert response.status_code == 400, response.text
+        code = response.json()["error"]["code"]
+        assert code in ("request_too_large", "context_length_exceeded"), response.text
     assert host.unfinished_requests() == 0
     small = await real_client.post(
         "/v1/messages/count_tokens",
