@@ -112,26 +112,12 @@ def engine_config(
         prometheus_stats=prometheus_stats and settings.engine_metrics,
         grammar_compile_timeout_s=settings.grammar_compile_timeout,
         grammar_warmup=settings.grammar_warmup,
-        max_num_batched_tokens=step_tokens(settings.max_num_batched_tokens, on_gpu),
+        max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
         fair_share=settings.fair_share,
         fairness_shares_path=str(shares_file(served_names[0])),
     )
     return config
-
-
-# An engine step's token budget on a CPU: steps of about a second of prompt work on a
-# 2-core box (2,048, vLLM's CPU default, made steps of 3-4 s), and a client that has had
-# less of the engine waits at most the step running when its request comes (Fair share).
-# Prompt tokens per second, normalized by the same run's decode rate, measured 0.95x at
-# 512 against 2,048 (perf/RESULTS.md). GPUs keep vLLM's defaults.
-CPU_STEP_TOKENS = 512
-
-
-def step_tokens(configured: int | None, on_gpu: bool) -> int | None:
-    if configured is not None or on_gpu:
-        return configured
-    return CPU_STEP_TOKENS
 
 
 def cpu_kv_cache_gib(settings: Settings, model_path: str, engines: int = 1) -> int:
