@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -72,14 +73,34 @@ async def test_a_slow_grammar_is_a_400_that_says_why_and_stays_refused(tokenizer
     assert "over the 0.05 s limit" in again.value.message
 
 
-async def test_when_every_worker_runs_overdue_new_grammars_get_503(tokenizer: Any) -> None:
+async def test_when_every_worker_runs_overdue_new_grammars_get_503(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The overdue compiles run (burning CPU) until the test lets them end: a real one of
+    # 600 optional properties takes about a second, and on a loaded machine the first
+    # could end while the second waits out its deadline.
+    release = threading.Event()
+    real_compile = grammar_gate.compile_spec
+
+    def compile_spec(compiler: Any, spec: tuple[str, str]) -> Any:
+        if len(spec[1]) < 10_000:
+            return real_compile(compiler, spec)
+        while not release.wait(0.001):
+            sum(range(20_000))  # CPU time for the deadline to see
+        return None
+
+    monkeypatch.setattr(grammar_gate, "compile_spec", compile_spec)
     gate = GrammarGate(tokenizer, None, timeout_s=0.05)
-    for count in range(grammar_gate.WORKERS):
-        with pytest.raises(EngineRequestError):
-            await gate.check(optional_properties(600 + count), "tools")
-    with pytest.raises(AdmissionRejected) as busy:
-        await gate.check(small(), "tools")
-    assert busy.value.status == 503 and busy.value.code == "grammar_compiler_busy"
+    try:
+        for count in range(grammar_gate.WORKERS):
+            with pytest.raises(EngineRequestError):
+                await gate.check(optional_properties(600 + count), "tools")
+        assert gate._overdue == grammar_gate.WORKERS
+        with pytest.raises(AdmissionRejected) as busy:
+            await gate.check(small(), "tools")
+        assert busy.value.status == 503 and busy.value.code == "grammar_compiler_busy"
+    finally:
+        release.set()
     while gate._overdue:
         await asyncio.sleep(0.05)
     gate.timeout_s = 30.0
