@@ -8,8 +8,8 @@ round the keys with work in turn, then round each key's jobs, so no key and no j
 starves another. A line is
 claimed under a lease when it starts (never held unstarted), its lease renewed while it
 runs, and answered in one transaction with its usage row (`DeferredStore.answer`).
-Every run the engine worked on is billed: one cut or failed before the answer, in the
-transaction that makes its line pending again, under the run's own id (`run_id`).
+What becomes of each run once it ends (answered, released, billed) is
+`app.deferred.settlement`: every run the engine worked on is billed, once.
 
 Deferred lines are the first to stop: when admission stops admitting (the owner
 reclaims the GPU, a lending window closes, a drain) every running line is cut, and
@@ -40,26 +40,11 @@ import logging
 import time
 from collections.abc import Callable
 
-import msgspec
-
-from app.deferred.releases import CutReleases
+from app.deferred.settlement import RunSettlement
 from app.deferred.store import DeferredStore, Job, Line
-from app.deferred.work import (
-    CUT_OUTCOME,
-    Capacity,
-    Cut,
-    Failed,
-    Handler,
-    KeyAtLimits,
-    NotRun,
-    RunBill,
-    RunnerStats,
-    Running,
-    run_id,
-)
+from app.deferred.work import Capacity, Cut, Handler, KeyAtLimits, RunBill, RunnerStats, Running
 from app.tasks import cancel_and_wait, wait_event
 from app.tenancy.deferred_limits import DeferredLimits
-from app.tenancy.usage import UsageRecord
 
 log = logging.getLogger("lilac.deferred")
 
@@ -93,7 +78,7 @@ class DeferredRunner:
         self.store = store
         self.capacity = capacity
         self.handlers = {handler.kind: handler for handler in handlers}
-        self.replica = replica
+        self._replica = replica
         self.concurrency = concurrency
         self.beside_interactive = beside_interactive
         self.resume_after_s = resume_after_s
@@ -118,8 +103,18 @@ class DeferredRunner:
         self._exhausted: set[str] = set()  # runnable jobs with no line to claim now
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._releases = CutReleases(store, replica)
+        self._settle = RunSettlement(store, replica, self.stats)
         self._taken: set[tuple[str, int]] = set()  # lines stopped as no longer this replica's
+
+    @property
+    def replica(self) -> str:
+        return self._replica
+
+    @replica.setter
+    def replica(self, name: str) -> None:
+        """This replica's name in the lines' leases (the settlement's too)."""
+        self._replica = name
+        self._settle.replica = self._settle.releases.replica = name
 
     # ------------------------------------------------------------ lifecycle
 
@@ -340,16 +335,12 @@ class DeferredRunner:
         task.add_done_callback(lambda _: self._never_ran(job, line))
 
     def _never_ran(self, job: Job, line: Line) -> None:
-        """A line cut before its task took its first step (its body never ran): release
-        it here, or it would wait for its lease to run out."""
+        """A line cut before its task took its first step (its body never ran)."""
         if self.running.pop((job.id, line.seq), None) is None:
             return
-        if (job.id, line.seq) in self._taken:
-            self._taken.discard((job.id, line.seq))
-            self.stats.lost += 1
-            return
-        self.stats.cut += 1
-        self._releases.add(job.id, line.seq)
+        taken = (job.id, line.seq) in self._taken
+        self._taken.discard((job.id, line.seq))
+        self._settle.never_ran(job, line, taken)
 
     def _line_model(self, job: Job, line: Line) -> str | None:
         """The model a line runs on, as admission names it (None: not known)."""
@@ -364,23 +355,12 @@ class DeferredRunner:
             try:
                 answer = await handler.run(job, line, bill)
             except (Cut, asyncio.CancelledError) as stopped:
-                await self._stopped(job, line, stopped, bill)
+                taken = (job.id, line.seq) in self._taken
+                await self._settle.stopped(job, line, stopped, bill, taken)
+                if isinstance(stopped, KeyAtLimits):  # the key's other lines wait too
+                    self._rest(job.owner, stopped.retry_after_s)
                 return
-            if await asyncio.shield(
-                self.store.answer(
-                    job.id, line.seq, self.replica, answer.result, answer.ok, answer.record
-                )
-            ):
-                self.stats.answered += 1
-                self._count(answer.record)
-            else:
-                self.stats.lost += 1
-                if answer.record is not None:  # refused, but the engine did the work
-                    record = msgspec.structs.replace(
-                        answer.record, request_id=run_id(answer.record.request_id, line)
-                    )
-                    await asyncio.shield(self.store.bill_run(job.id, line.seq, record))
-                    self._count(record)
+            await self._settle.answered(job, line, answer)
         except Exception:
             # The database failed: the line stays claimed and runs again after its lease.
             log.exception("deferred work: line %d of %s could not be answered", line.seq, job.id)
@@ -389,35 +369,12 @@ class DeferredRunner:
             self._taken.discard((job.id, line.seq))
             self._wake.set()
 
-    async def _stopped(self, job: Job, line: Line, stopped: BaseException, bill: RunBill) -> None:
-        """A run that ended without the line's answer: the line pending again (or no
-        longer ours), and what the run did billed under its own id."""
-        if isinstance(stopped, NotRun):  # refused before the engine took it
-            record = None
-        else:
-            record = bill.record(line, "error" if isinstance(stopped, Failed) else CUT_OUTCOME)
-        self._count(record)
-        if (job.id, line.seq) in self._taken:
-            self.stats.lost += 1  # not ours to release
-            if record is not None:
-                await asyncio.shield(self.store.bill_run(job.id, line.seq, record))
-        elif isinstance(stopped, Failed):
-            self.stats.failed += 1
-            await asyncio.shield(self.store.failed(job.id, line.seq, self.replica, record))
-        else:
-            self.stats.cut += 1
-            counted = not isinstance(stopped, NotRun)
-            self._releases.add(job.id, line.seq, counted=counted, record=record)
-        if isinstance(stopped, KeyAtLimits):  # the key's other lines wait too
-            self._resting[job.owner] = self._clock() + stopped.retry_after_s
-            if len(self._resting) > MAX_RESTING:
-                now = self._clock()
-                self._resting = {k: t for k, t in self._resting.items() if t > now}
-
-    def _count(self, record: UsageRecord | None) -> None:
-        if record is not None:
-            self.stats.prompt_tokens += record.prompt_tokens
-            self.stats.completion_tokens += record.completion_tokens
+    def _rest(self, owner: str, seconds: float) -> None:
+        """`owner`'s lines start again in `seconds` (its deferred limits are reached)."""
+        now = self._clock()
+        self._resting[owner] = now + seconds
+        if len(self._resting) > MAX_RESTING:
+            self._resting = {k: t for k, t in self._resting.items() if t > now}
 
     async def cut_all(self) -> None:
         tasks = [running.task for running in self.running.values()]
@@ -430,4 +387,4 @@ class DeferredRunner:
         if tasks is None:
             tasks = [running.task for running in self.running.values()]
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._releases.wait()
+        await self._settle.wait()
