@@ -335,9 +335,9 @@ class BackgroundResponses:
         if known is not None and now - known[0] < KEY_READ_EVERY_S:
             return known[1]
         try:
-            key = await self.keys.get(job.key_id)
-            revoked = key is None or key.revoked
-        except KeyNotFound:
+            await self._key(job)
+            revoked = False
+        except InvalidKey:
             revoked = True
         if len(self._revocations) > MAX_KEYS_REMEMBERED:
             self._revocations.clear()
