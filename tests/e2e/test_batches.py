@@ -222,14 +222,32 @@ def background_usage(batches: BatchServer, response_id: str) -> list[tuple[int, 
         )
 
 
+# A schema no answer within `tokens` can complete: the run always lasts `tokens` decode
+# steps, whatever the model would have said (a model told only to count may stop early).
+LONG_ANSWER = {
+    "type": "json_schema",
+    "name": "numbers",
+    "strict": True,
+    "schema": {
+        "type": "object",
+        "properties": {
+            "numbers": {"type": "array", "items": {"type": "integer"}, "minItems": 2000}
+        },
+        "required": ["numbers"],
+        "additionalProperties": False,
+    },
+}
+
+
 def running_response(client: openai.OpenAI, tokens: int) -> str:
-    """A background response that has begun to run."""
+    """A background response that has begun to run, and runs for `tokens` tokens."""
     response = client.responses.create(
         model=DEFAULT_MODEL_NAME,
-        input="Count from 1 to 500, separated by commas.",
+        input="Count from 1 to 3000, as a JSON array of numbers.",
         background=True,
         temperature=0,
         max_output_tokens=tokens,
+        text={"format": LONG_ANSWER},  # type: ignore[typeddict-item]
     )
     deadline = time.monotonic() + 120
     while client.responses.retrieve(response.id).status == "queued":
@@ -265,8 +283,8 @@ def test_a_background_response_across_a_reclaim_and_a_sigterm_restart(
 ) -> None:
     client = batches.client()
     # Long enough to be running still when the probe's next sample sees the owner, on
-    # a machine that decodes fast (the count runs past a thousand tokens).
-    rid = running_response(client, 1024)
+    # a machine that decodes fast.
+    rid = running_response(client, 600)
     batches.server.reclaim_gpu(busy_s=4)
     # Cut, not failed: back to queued while the owner has the GPU.
     deadline = time.monotonic() + 10
@@ -276,7 +294,7 @@ def test_a_background_response_across_a_reclaim_and_a_sigterm_restart(
         time.sleep(0.05)
     assert_stored_and_billed_once(batches, client, rid)
 
-    rid = running_response(client, 64)
+    rid = running_response(client, 256)
     batches.keys.stop()  # SIGTERM: drains, cuts the running line, exits
     assert background_usage(batches, rid) == []
     client = batches.client()  # the keys server starts again, on the same data

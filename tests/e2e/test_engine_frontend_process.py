@@ -153,6 +153,22 @@ def received_nothing(sock: socket.socket) -> bool:
         sock.setblocking(True)
 
 
+def engine_takes(server: Server, sock: socket.socket) -> None:
+    """The engine holds the request sent on `sock`; if it never does, what the client got
+    instead, and the server's log, say why."""
+    try:
+        engine_holds(server, 1)
+    except AssertionError:
+        sock.settimeout(2)
+        try:
+            got = sock.recv(4096)
+        except OSError as error:
+            got = repr(error).encode()
+        raise AssertionError(
+            f"the engine never took the request; the client got {got!r}\n{server.log_tail()}"
+        ) from None
+
+
 # Seconds to stay after the engine holds the request before leaving: the window between
 # the engine's taking it and its first token is the prompt's prefill (a few hundred
 # milliseconds here); tried in turn until one lands in it.
@@ -175,7 +191,7 @@ def test_two_keys_through_the_engine_process(keys_server: KeysServer) -> None:
     for delay in LEAVE_AFTER_S:
         wait_for(lambda: server.unfinished_requests() == 0, 60.0)
         sock = send(server, CHAT_PATH, body, key=key_a)
-        engine_holds(server, 1)
+        engine_takes(server, sock)
         time.sleep(delay)
         nothing_came = received_nothing(sock)
         assert leave_and_time(server, sock) < 1.0
