@@ -10,10 +10,10 @@ after any crash a line is either answered and billed, or neither (and runs again
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 
 from app.deferred.lines import LineLeases
 from app.deferred.records import (
@@ -31,7 +31,7 @@ from app.deferred.records import (
     _insert_lines,
     _job,
 )
-from app.deferred.schema import deferred_jobs
+from app.deferred.schema import deferred_jobs, deferred_lines
 
 __all__ = [
     "ANSWERED",
@@ -51,9 +51,12 @@ __all__ = [
 ]
 
 
+DELETE_CHUNK = 2000  # lines a transaction deletes when a job's staged lines are cleared
+
+
 class DeferredStore(LineLeases):
-    """Jobs (create, populate, get, list, move, hold, active) here; their lines' leases
-    in `LineLeases`."""
+    """Jobs (create, stage, get, list, move, hold, active) here; their lines'
+    leases in `LineLeases`."""
 
     async def create(self, job: Job, lines: Iterable[str]) -> Job:
         """The job and all its lines (pending), in one transaction."""
@@ -77,28 +80,6 @@ class DeferredStore(LineLeases):
             await conn.execute(insert(deferred_jobs).values(**values))
             await _insert_lines(conn, job.id, lines)
         return job
-
-    async def populate(self, job_id: str, from_state: str, to: str, lines: Iterable[str]) -> bool:
-        """Write the lines of a job created without them (pending) and move it from
-        `from_state` to `to`, in one transaction; False (nothing written) when the job
-        was no longer in `from_state`."""
-        job = await self.get(job_id)
-        if job is None or job.state != from_state:
-            return False
-        now = self.clock()
-        stamps = {**job.stamps}
-        stamps.setdefault(to, now)
-        engine = await self._engine()
-        async with engine.begin() as conn:
-            changed = await conn.execute(
-                update(deferred_jobs)
-                .where(deferred_jobs.c.id == job_id, deferred_jobs.c.state == from_state)
-                .values(state=to, stamps=json.dumps(stamps), updated_at=now)
-            )
-            if changed.rowcount != 1:
-                return False
-            await _insert_lines(conn, job_id, lines)
-        return True
 
     async def get(self, job_id: str, owner: str | None = None) -> Job | None:
         """The job; None when it does not exist or (with `owner`) is someone else's."""
@@ -214,3 +195,69 @@ class DeferredStore(LineLeases):
         async with engine.connect() as conn:
             rows = (await conn.execute(statement)).all()
         return [_job(row) for row in rows]
+
+    # -- lines written while a job is validated, a bounded chunk a transaction
+
+    async def stage(
+        self,
+        job_id: str,
+        state: str,
+        lease: tuple[str, float],
+        first_seq: int,
+        bodies: Sequence[str],
+        to: str | None = None,
+    ) -> bool:
+        """Write `bodies` as the job's lines from `first_seq`, while the job is in `state`
+        under the lease `(replica, seconds)`, which this extends; with `to`, the job moves
+        there in the same transaction (the last chunk). False, nothing written, once the
+        job left `state` or another replica took its lease. The job's state gates its
+        lines: nothing claims, counts or closes a line of a job still `state`."""
+        replica, lease_s = lease
+        now = self.clock()
+        table = deferred_jobs
+        values: dict[str, Any] = {"lease_until": now + lease_s, "updated_at": now}
+        if to is not None:
+            job = await self.get(job_id)
+            stamps = {**(job.stamps if job is not None else {})}
+            stamps.setdefault(to, now)
+            values.update(state=to, stamps=json.dumps(stamps))
+        engine = await self._engine()
+        async with engine.begin() as conn:
+            changed = await conn.execute(
+                update(table)
+                .where(table.c.id == job_id, table.c.state == state, table.c.lease_owner == replica)
+                .values(**values)
+            )
+            if changed.rowcount != 1:
+                return False
+            if bodies:
+                rows = [
+                    {"job_id": job_id, "seq": first_seq + i, "state": PENDING, "body": body}
+                    for i, body in enumerate(bodies)
+                ]
+                await conn.execute(insert(deferred_lines), rows)
+        return True
+
+    async def clear_lines(self, job_id: str) -> int:
+        """Delete the job's lines (those a cut or failed validation staged),
+        `DELETE_CHUNK` a transaction, so no write lock is held long; how many."""
+        lines = deferred_lines.c
+        engine = await self._engine()
+        deleted = 0
+        while True:
+            async with engine.begin() as conn:
+                last = (
+                    await conn.execute(
+                        select(lines.seq)
+                        .where(lines.job_id == job_id)
+                        .order_by(lines.seq)
+                        .offset(DELETE_CHUNK - 1)
+                        .limit(1)
+                    )
+                ).scalar_one_or_none()
+                where = lines.job_id == job_id
+                if last is not None:
+                    where = and_(where, lines.seq <= last)
+                deleted += int((await conn.execute(delete(deferred_lines).where(where))).rowcount)
+            if last is None:
+                return deleted

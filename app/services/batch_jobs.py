@@ -53,8 +53,8 @@ STOPPABLE = ("validating", "in_progress", "cancelling")
 # A tick waits this long for a validation before going on (a small file is validated,
 # and its first lines started, in the tick that sees the batch).
 VALIDATE_WAIT_S = 0.5
-# Validations one replica runs at once: each holds its file's valid lines until they are
-# written, so this bounds their memory at this many input files (the others wait).
+# Validations one replica runs at once (the others wait): each holds a chunk of lines and
+# takes the tenant database's write lock a chunk at a time.
 MAX_VALIDATIONS = 2
 
 
@@ -135,7 +135,7 @@ class BatchJobs:
             await self.store.close_pending(job.id, EXPIRED)
             counts = (await self.store.counts([job.id]))[job.id]
         if job.state == "cancelling":
-            await self.store.close_pending(job.id, CANCELLED)
+            await self._close_lines(job, CANCELLED)
             counts = (await self.store.counts([job.id]))[job.id]
         if counts.unfinished == 0 or job.state == "finalizing":
             await self.finalize(job, counts)
@@ -172,9 +172,17 @@ class BatchJobs:
         current = await self.store.get(job.id)
         if current is not None:
             job.state, job.stamps = current.state, current.stamps
-        closed = await self.store.close_pending(job.id, CANCELLED, running=True)
+        closed = await self._close_lines(job, CANCELLED, running=True)
         log.info("batch %s: its key was revoked; %d lines cancelled", job.id, closed)
         return (await self.store.counts([job.id]))[job.id]
+
+    async def _close_lines(self, job: Job, to: str, running: bool = False) -> int:
+        """End the job's lines not answered (`close_pending`). A batch that never left
+        validation ran none: what its validation wrote is deleted instead."""
+        if "in_progress" not in job.stamps:
+            await self.store.clear_lines(job.id)
+            return 0
+        return await self.store.close_pending(job.id, to, running=running)
 
     async def _validate(self, job: Job) -> None:
         """Start (or keep waiting on) the job's validation; once it ends within the tick,
@@ -196,13 +204,7 @@ class BatchJobs:
     async def _validation(self, job: Job) -> bool:
         key = await self._key(job)
         lines = self.files.lines(job.owner, job.payload["input_file_id"])
-        return await validate(
-            self.store,
-            job,
-            lines,
-            key,
-            lambda: self.store.hold(job.id, self.replica, VALIDATE_LEASE_S),
-        )
+        return await validate(self.store, job, lines, key, self.replica)
 
     async def close(self) -> None:
         """Stop the validations under way (another tick, or replica, does them again)."""

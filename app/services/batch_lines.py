@@ -111,6 +111,13 @@ def closed_line(job_id: str, seq: int, body: str, code: str, message: str) -> st
     return _encoder.encode(line).decode()
 
 
+async def _entry(body: str) -> InputLine:
+    """A stored line's envelope (its `body` left raw); a large one decoded off the loop."""
+    if len(body) <= INLINE_BYTES:
+        return input_line_decoder.decode(body)
+    return await off_loop(input_line_decoder.decode, body)
+
+
 class LineRunner:
     def __init__(
         self, services: dict[str, GenerationService[Any]], limits: DeferredLimits | None = None
@@ -121,7 +128,7 @@ class LineRunner:
     async def run(
         self, job: Job, line: Line, key: KeyRecord | None, bill: RunBill | None = None
     ) -> Answer:
-        entry = input_line_decoder.decode(line.body)  # checked when the batch was made
+        entry = await _entry(line.body)  # checked when the batch was made
         endpoint = job.payload["endpoint"]
         meter = LineMeter(weight=key_weight(key))
         n = 1
@@ -170,8 +177,10 @@ class LineRunner:
                 request = responses_line(body, owner, seal)
             else:
                 request = await off_loop(responses_line, body, owner, seal)
-        else:
+        elif len(entry.body) <= INLINE_BYTES:
             request = decode_checked(bytes(entry.body), DECODERS[endpoint])
+        else:  # as the route: a large body is decoded off the loop
+            request = await off_loop(decode_checked, bytes(entry.body), DECODERS[endpoint])
         if request.stream:
             raise InvalidRequest("Batch requests cannot be streamed.", param="stream")
         return as_key(request, key)

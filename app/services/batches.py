@@ -173,6 +173,8 @@ def wire(job: Job, counts: LineCounts) -> Batch:
     """The `batch` object of a job."""
     payload, result = job.payload, job.result or {}
     errors = result.get("errors")
+    if "in_progress" not in job.stamps:
+        counts = LineCounts()  # the lines a validation writes count once it has passed
     # Every request that will not complete: answered with an error, expired or cancelled.
     failed = counts.total - counts.ok - counts.unfinished
     return Batch(

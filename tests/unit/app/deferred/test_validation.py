@@ -1,21 +1,26 @@
 """Validation of a batch's input file by the runner, on both databases: a batch is
-created `validating` with no line; the runner checks the file and writes the lines with
-the move to `in_progress` in one transaction, so a replica stopped mid-validation leaves
-nothing half written, and after a restart the validation is done again and completes;
-another replica waits for the lease of the one validating."""
+created `validating` with no line; the runner checks the file and writes its lines a
+bounded chunk a transaction, hidden by the batch's state until the last chunk moves it
+to `in_progress`. A replica stopped mid-validation leaves only hidden lines, and after a
+restart the validation is done again from the start and completes with each line once;
+another replica waits for the lease of the one validating; a batch cancelled or failed
+mid-validation keeps no line; memory stays bounded by the chunk, not the file."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import DeferredRunner
 from app.deferred.store import DeferredStore
 from app.schemas.batches import BatchCreate
+from app.services import batch_validation
 from app.services.batch_jobs import BatchJobs
 from app.services.batch_lines import LineRunner
 from app.services.batch_validation import VALIDATE_LEASE_S
@@ -63,13 +68,22 @@ def _runner(store: DeferredStore, files: object, replica: str, clock: Clock) -> 
     )  # fmt: skip
 
 
-async def _setup(database: AsyncEngine) -> tuple[DeferredStore, FileStore, str, Clock]:
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 8 lines: a file of `LINES` is written in several transactions."""
+    monkeypatch.setattr(batch_validation, "STAGE_LINES", 8)
+
+
+async def _setup(
+    database: AsyncEngine, content: bytes | None = None
+) -> tuple[DeferredStore, FileStore, str, Clock]:
     clock = Clock()
     url = database.url.render_as_string(hide_password=False)
     tenant = TenantDatabase(url, database)
     store = DeferredStore(tenant, clock)
     files = FileStore(tenant)
-    content = b"\n".join(_line(i) for i in range(LINES)) + b"\n"
+    if content is None:
+        content = b"\n".join(_line(i) for i in range(LINES)) + b"\n"
     file = await files.create("anonymous", "batch", "in.jsonl", content)
     batch = await BatchService(store, files).create(
         BatchCreate(input_file_id=file.id, endpoint=CHAT, completion_window="24h"), None
@@ -86,7 +100,10 @@ async def test_a_restart_mid_validation_validates_again(database: AsyncEngine) -
     assert paused.read == LINES // 2
     job = await store.get(batch_id)
     assert job is not None and job.state == "validating"
-    assert (await store.counts([batch_id]))[batch_id].total == 0  # nothing half written
+    # Two chunks written, hidden: the batch counts no request yet.
+    assert (await store.counts([batch_id]))[batch_id].total == 16
+    batch = await BatchService(store, files).get(batch_id, None)
+    assert batch.status == "validating" and batch.request_counts.total == 0
     await first.close()  # stopped mid-validation (SIGTERM; kill -9 leaves the same rows)
 
     # Another replica waits for the lease the first took on the job.
@@ -151,3 +168,71 @@ async def test_a_file_that_fails_validation_fails_the_batch_as_openai(
         ("invalid_json_line", None, 4),
     ]
     assert (await store.counts([batch.id]))[batch.id].total == 0
+
+
+async def test_a_batch_cancelled_mid_validation_keeps_no_line(database: AsyncEngine) -> None:
+    store, files, batch_id, clock = await _setup(database)
+    paused = PausedFiles(files, after=LINES // 2)
+    runner = _runner(store, paused, "r1", clock)
+    await runner.step()
+    assert (await store.counts([batch_id]))[batch_id].total == 16
+    service = BatchService(store, files)
+    assert (await service.cancel(batch_id, None)).status == "cancelling"
+    paused.go.set()  # the validation reads on, and finds its batch cancelled
+    for _ in range(3):
+        await runner.step()
+        await asyncio.sleep(0)
+    batch = await service.get(batch_id, None)
+    assert batch.status == "cancelled", batch
+    assert batch.request_counts.total == 0
+    assert (await store.counts([batch_id]))[batch_id].total == 0
+    await runner.close()
+
+
+async def test_a_validation_failing_after_written_chunks_keeps_no_line(
+    database: AsyncEngine,
+) -> None:
+    lines = [_line(i) for i in range(LINES)] + [b"{}"]  # the last line fails
+    store, files, batch_id, clock = await _setup(database, b"\n".join(lines))
+    await _runner(store, files, "r1", clock).step()
+    job = await store.get(batch_id)
+    assert job is not None and job.state == "failed"
+    assert job.result is not None and job.result["errors"][0]["line"] == LINES + 1
+    assert (await store.counts([batch_id]))[batch_id].total == 0
+
+
+async def test_each_transaction_writes_a_bounded_chunk(database: AsyncEngine) -> None:
+    store, files, batch_id, clock = await _setup(database)
+    chunks: list[int] = []
+    stage = store.stage
+
+    async def counted(*args: Any, **kwargs: Any) -> bool:
+        chunks.append(len(args[4]))
+        return await stage(*args, **kwargs)
+
+    store.stage = counted  # type: ignore[method-assign]
+    await _runner(store, files, "r1", clock).step()
+    assert chunks == [8, 8, 8, 8, 8, 0]  # the last, empty, moves the batch
+    assert (await store.counts([batch_id]))[batch_id].by_state == {"pending": LINES}
+
+
+async def test_memory_is_bounded_by_the_chunk_not_the_file(
+    database: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batch_validation, "STAGE_LINES", 500)
+    monkeypatch.setattr(batch_validation, "STAGE_BYTES", 1024 * 1024)
+    filler = "x" * 16_000
+    lines = [
+        _line(i).replace(b'"content": "', f'"content": "{filler}'.encode()) for i in range(1000)
+    ]
+    content = b"\n".join(lines)
+    assert len(content) > 16_000_000
+    store, files, batch_id, clock = await _setup(database, content)
+    tracemalloc.start()
+    try:
+        await _runner(store, files, "r1", clock).step()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (await store.counts([batch_id]))[batch_id].total == 1000
+    assert peak < 8 * 1024 * 1024, peak  # the file is 16 MB; a chunk is 1 MiB
