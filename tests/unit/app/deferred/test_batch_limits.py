@@ -35,6 +35,11 @@ async def test_each_creation_takes_one_of_the_keys_requests_per_minute(
         refused = answers[-1]
         assert refused.json()["error"]["code"] == "rate_limit_exceeded"
         assert int(refused.headers["retry-after"]) >= 1
+        # OpenAI's rate-limit headers on each answer, as on the generation routes.
+        remaining = [a.headers["x-ratelimit-remaining-requests"] for a in answers]
+        assert remaining == ["2", "1", "0", "0"]
+        assert {a.headers["x-ratelimit-limit-requests"] for a in answers} == {"3"}
+        assert all("x-ratelimit-reset-requests" in a.headers for a in answers)
 
 
 async def test_a_key_has_at_most_its_live_batches_even_sent_at_once(
