@@ -13,11 +13,14 @@ import re
 import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app.anthropic_errors import encode_anthropic, is_anthropic_path
 from app.errors import (
     APIError,
     Conflict,
+    DatabaseUnavailable,
     InvalidRequest,
     ModelNotFound,
     ServiceUnavailable,
@@ -119,6 +122,11 @@ def to_api_error(exc: Exception) -> APIError:
     if isinstance(exc, EngineError):
         log.error("engine failure: %r", exc)
         return APIError("The engine failed while serving this request.", code="engine_error")
+    if isinstance(exc, (OperationalError, PoolTimeout)):
+        # A database busy past its wait (SQLite's lock), unreachable or out of connections:
+        # the client may try again; the reason is the operator's.
+        log.warning("the tenant database is unavailable: %s", str(exc).splitlines()[0])
+        return DatabaseUnavailable()
     log.exception("unhandled error", exc_info=exc)
     return APIError("Internal server error.", code="internal_error")
 

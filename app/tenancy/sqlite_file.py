@@ -21,10 +21,11 @@ def sqlite_pragmas(dbapi_conn: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> N
     """What every connection to the SQLite file sets (SQLAlchemy's and the usage
     writer's own, app.tenancy.usage_sqlite and app.tenancy.usage_process)."""
     cursor = dbapi_conn.cursor()
+    # First: the pragmas after it wait for a lock this long too.
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     cursor.execute("PRAGMA journal_mode=WAL")
     # FULL: a committed usage row is on disk, not only in the OS's cache.
     cursor.execute("PRAGMA synchronous=FULL")
-    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     cursor.close()
 
 

@@ -24,13 +24,15 @@ request count ends a row.
 The attacks: `rag` (24 concurrent streamed chats, each a fresh never-cached prompt of
 about 1,250 tokens, max_tokens 64, each worker sending the next as one ends: a heavy
 tenant against a light one), `prompts64`, `streams256`, `largest`, `long_prompts` and
-`bad_requests` (see `attacks`).
+`bad_requests` (see `attacks`); on deferred work and the routes beside it, `background`,
+`batches` and `count_tokens` (perf/scenarios/deferred_attacks.py).
 
 Per row: what the attacker got (answers by status), what the victim saw (refusals; TTFT
 p50, p95 and p99; p50 against the alone run's p50 and p95 against the alone run's p95),
 where the victim's mean TTFT went, and the tokens billed to both keys (`/admin/usage`)
 against what the engine counted (`vllm:prompt_tokens_total` +
-`vllm:generation_tokens_total` deltas from /metrics).
+`vllm:generation_tokens_total` deltas from /metrics), and the server's memory (the RSS of
+its processes) before and after.
 
 The split of the victim's mean TTFT: its mean admission queue wait (per request: the
 `queue_s` of the server's access lines, found by the X-Request-Id each victim request
@@ -75,6 +77,7 @@ import httpx
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from perf.harness.results import output
 from perf.harness.servers import Server, keys_server
+from perf.scenarios.deferred_attacks import deferred_attacks
 
 OUT = output("attacks")
 ADMIN_KEY = "attacks-admin-key"
@@ -172,6 +175,9 @@ class Row:
     billed_tokens: int = 0
     engine_tokens: int = 0
     unfinished_after: float = 0.0  # engine requests left once the attack stopped
+    # The RSS of the server's processes (MB) before the row and after it settled.
+    memory_before_mb: float | None = None
+    memory_after_mb: float | None = None
 
 
 # ---------------------------------------------------------------- the server
@@ -331,6 +337,13 @@ def engine_view(target: Target) -> tuple[float | None, dict[str, float] | None]:
     return wait, step_ms
 
 
+def memory_mb(target: Target) -> float | None:
+    """The RSS of the server's processes, in MB (None: not a server of ours)."""
+    if target.server is None:
+        return None
+    return round(target.server.rss_bytes() / 1e6, 1)
+
+
 async def settle(target: Target, timeout_s: float = 60.0) -> float:
     """Wait until the engine runs nothing (a stopped attack's requests are aborted)."""
     deadline = time.monotonic() + timeout_s
@@ -407,6 +420,8 @@ class Attack:
     what: str
     workers: int
     send: Send
+    # What ends the attack's leftovers once it stops (its batches, background work).
+    cleanup: Callable[[Target], Awaitable[None]] | None = None
 
 
 def attacks(target: Target) -> dict[str, Attack]:
@@ -464,6 +479,7 @@ def attacks(target: Target) -> dict[str, Attack]:
             Attack("largest", f"n={n} x max_tokens={max_tokens}, 8 at once", 8, largest),
             Attack("long_prompts", long_what, 32, long_prompts),
             Attack("bad_requests", "invalid requests (400/404), 64 at once", 64, bad),
+            *(Attack(name, *parts) for name, parts in deferred_attacks(target).items()),
         )
     }  # fmt: skip
 
@@ -583,6 +599,7 @@ async def run_attack(
     against `baseline` (the alone row) when given."""
     before_bill, before_engine = billed(target), engine_tokens(target.url)
     before_admission = admission_counters(target)
+    memory_before = memory_mb(target)
     stop = asyncio.Event()
     flooding = asyncio.create_task(flood(target, attack, stop))
     build_up = BUILD_UP_S if pace.seconds is None else min(BUILD_UP_S, pace.seconds / 4)
@@ -592,9 +609,12 @@ async def run_attack(
     wait, steps = engine_view(target)  # at once: the attack still runs, the minute is fresh
     stop.set()
     got, cut = await flooding
+    if attack.cleanup is not None:
+        await attack.cleanup(target)
     row = Row(attack.name, attack.what, dict(got), cut)
     _fill(row, run)
     row.unfinished_after = await settle(target)
+    row.memory_before_mb, row.memory_after_mb = memory_before, memory_mb(target)
     _split(row, admission_waits(target, offset, run.id_prefix), wait, steps)
     _tickets(row, admission_counters(target) - before_admission, run)
     _bill(row, target, before_bill, before_engine)
@@ -682,6 +702,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -689,8 +713,8 @@ def _ratio(value: float | None) -> str:
 def attacker_table(rows: list[Row]) -> str:
     lines = [
         "| attack | attacker's answers | attacker's prompts admitted / refused "
-        "| victim refused | billed tokens | engine tokens |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| victim refused | billed tokens | engine tokens | server memory before / after (MB) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
         got = ", ".join(f"{k}: {v}" for k, v in sorted(row.attacker.items()))
@@ -700,7 +724,8 @@ def attacker_table(rows: list[Row]) -> str:
         tickets = "-" if row.attack == "alone" else f"{row.attacker_tickets} / {refused or 0}"
         lines.append(
             f"| {row.attack}: {row.what} | {got or '-'} | {tickets} | {row.victim_refusals} of "
-            f"{row.victim_requests} | {row.billed_tokens} | {row.engine_tokens} |"
+            f"{row.victim_requests} | {row.billed_tokens} | {row.engine_tokens} "
+            f"| {_mb(row.memory_before_mb)} / {_mb(row.memory_after_mb)} |"
         )
     return "\n".join(lines)
 
@@ -767,7 +792,9 @@ def goal_line(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    names = "rag,prompts64,streams256,largest,long_prompts,bad_requests"
+    names = (
+        "rag,prompts64,streams256,largest,long_prompts,bad_requests,background,batches,count_tokens"
+    )
     parser.add_argument("--attacks", default=names, help=f"comma-separated, of {names}")
     parser.add_argument(
         "--victim-requests",

@@ -1,3 +1,5 @@
+from typing import Any
+
 import msgspec
 import pytest
 
@@ -80,3 +82,31 @@ def test_a_model_asleep_here_is_a_429_a_router_retries_elsewhere() -> None:
     body = msgspec.json.decode(response.content)
     assert response.status_code == 429 and response.headers["Retry-After"] == "1"
     assert body["error"]["code"] == "model_asleep_here"
+
+
+async def test_a_locked_database_is_a_503_with_retry_after(tmp_path: Any) -> None:
+    """A real SQLite file another connection holds locked past the busy wait: the
+    driver's error reaches the one mapping, which answers 503 `database_unavailable`."""
+    import sqlite3
+
+    from sqlalchemy import text
+
+    from app.tenancy.db import create_engine
+
+    path = tmp_path / "locked.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x INTEGER)")
+    holder.execute("BEGIN EXCLUSIVE")
+    engine = create_engine(f"sqlite:///{path}", busy_timeout_ms=50)
+    try:
+        with pytest.raises(Exception) as raised:
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t VALUES (1)"))
+    finally:
+        await engine.dispose()
+        holder.execute("ROLLBACK")
+        holder.close()
+    error = to_api_error(raised.value)
+    assert (error.status_code, error.code) == (503, "database_unavailable")
+    assert int(error.headers()["Retry-After"]) >= 1
+    assert "locked" not in error.message  # the reason is the operator's, not the client's
