@@ -1,8 +1,9 @@
 """The attack matrix's rows on deferred work and the routes beside it (see
 perf/scenarios/attacks.py, which runs them as it runs the others):
 
-- `background`: 16 workers create background responses (`max_output_tokens` 64), and
-  cancel every other one a moment after creating it; whatever ran is billed.
+- `background`: 16 workers create background responses (`max_output_tokens` 64); each
+  cancels every other one 0.3 s after creating it and polls the others to their end;
+  whatever ran is billed.
 - `batches`: 4 workers create batches in a loop from one file of long lines, as large
   as the server takes up to 8 MB (each line's prompt longer than the context: answered
   400 without running); a key has at most `--max-live-batches`, so the rest are 429.
@@ -71,7 +72,14 @@ def background(made: Made) -> Send:
         if i % 2:
             await asyncio.sleep(0.3)
             await client.post(f"/v1/responses/{response_id}/cancel")
-        return 200, None
+            return 200, None
+        while True:  # the others are polled to their end, as a client does
+            await asyncio.sleep(0.25)
+            polled = await client.get(f"/v1/responses/{response_id}")
+            if polled.status_code != 200:
+                return _outcome(polled)
+            if polled.json()["status"] not in ("queued", "in_progress"):
+                return 200, None
 
     return send
 

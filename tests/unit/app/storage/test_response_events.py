@@ -4,6 +4,8 @@ their response (deleted or purged), job and line included."""
 
 from __future__ import annotations
 
+import asyncio
+
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -62,3 +64,33 @@ async def test_events_job_and_line_go_with_their_response(database: AsyncEngine)
         lines = (await conn.execute(select(func.count()).select_from(deferred_lines))).scalar()
         jobs = (await conn.execute(select(func.count()).select_from(deferred_jobs))).scalar()
     assert lines == jobs == 1
+
+
+async def test_the_batches_of_many_runs_share_one_commit_at_a_time(
+    database: AsyncEngine,
+) -> None:
+    events = events_on(database)
+    await events.append("resp_0", "run-0", batch("run-0", 0, 1))  # the database open
+    with statements(database) as seen:
+        await asyncio.gather(
+            *(events.append(f"resp_{i}", f"run-{i}", batch(f"run-{i}", 1, 4)) for i in range(32))
+        )
+    inserts = [s for s in seen if s.lstrip().upper().startswith("INSERT")]
+    assert 1 <= len(inserts) <= 2  # the first batch alone, then the 31 that waited for it
+    assert [await events.count(f"resp_{i}") for i in range(1, 32)] == [4] * 31
+    assert await events.count("resp_0") == 5
+
+
+async def test_one_runs_failure_in_a_group_stays_its_own(database: AsyncEngine) -> None:
+    events = events_on(database)
+    await events.append("resp_x", "run-x", batch("run-x", 0, 2))
+    results = await asyncio.gather(
+        events.append("resp_a", "run-a", batch("run-a", 0, 3)),
+        events.append("resp_x", "run-x", batch("run-x", 1, 2)),  # seq 1 again: refused
+        events.append("resp_b", "run-b", batch("run-b", 0, 3)),
+        return_exceptions=True,
+    )
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], Exception)
+    assert await events.count("resp_a") == 3 and await events.count("resp_b") == 3
+    assert await events.count("resp_x") == 2
