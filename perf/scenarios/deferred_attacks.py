@@ -22,16 +22,25 @@ import itertools
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
 from engine.checkpoint import DEFAULT_MODEL_NAME
-
-if TYPE_CHECKING:
-    from perf.scenarios.attacks import Target
+from perf.harness.servers import Server
 
 Outcome = tuple[int, str | None]
+
+
+class Target(Protocol):
+    """What these attacks need of the matrix's target (perf.scenarios.attacks.Target)."""
+
+    attacker: str
+    server: Server | None
+
+    def client(self, secret: str, connections: int = 16) -> httpx.AsyncClient: ...
+
+
 Send = Callable[[httpx.AsyncClient, int], Awaitable[Outcome]]
 COUNT_TOKENS_BYTES = 9_000_000
 CLEANUP_CONNECTIONS = 16
