@@ -38,7 +38,7 @@ def workers_kill_timeout_s(settings: Settings) -> int:
     """How long granian waits for each worker to stop on SIGTERM before it kills it: a
     safety net only (each worker stops by itself once its requests drained). A worker
     killed holds no engine core (it is this process's), and its slot lock goes with it."""
-    from app.services.admission import policy_from
+    from app.services.generation.admission import policy_from
     from engine.admission.runtime import stop_wait_limit_s
 
     return math.ceil(stop_wait_limit_s(policy_from(settings)) + WORKER_CLOSE_SLACK_S)

@@ -55,16 +55,16 @@ from app.routes.stored_responses import (
 )
 from app.routes.tokenize import detokenize, tokenize
 from app.served_models import build_pool
-from app.services.admission import build_controller
-from app.services.background_setup import build_background
-from app.services.batch_setup import build_batches
-from app.services.chat import ChatService
-from app.services.completions import CompletionService
-from app.services.fairness import FairnessView
-from app.services.images import ImageLimits, ImageLoader
-from app.services.messages import MessagesService
-from app.services.responses import ResponsesService
-from app.services.responses_sealing import ReasoningSeal
+from app.services.background.setup import build_background
+from app.services.batches.setup import build_batches
+from app.services.chat.service import ChatService
+from app.services.completions.service import CompletionService
+from app.services.generation.admission import build_controller
+from app.services.generation.fairness import FairnessView
+from app.services.images.service import ImageLimits, ImageLoader
+from app.services.messages.service import MessagesService
+from app.services.responses.sealing import ReasoningSeal
+from app.services.responses.service import ResponsesService
 from app.settings import Settings
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore

@@ -215,7 +215,7 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             default_doc="none",
         ),
     ] = None
-    # Image input (app.services.images).
+    # Image input (app.services.images.service).
     allowed_origins: Annotated[
         tuple[str, ...],
         Flag(

@@ -1,7 +1,7 @@
 """What a generation reports of its usage: the one shape the usage meter
 (app.tenancy.service), the access line (app.observability.logs) and the SSE body
-(app.services.streaming) read. `app.services.generation.Generation` fills it as the
-engine's outputs come."""
+(app.services.generation.streaming) read. `app.services.generation.service.Generation`
+fills it as the engine's outputs come."""
 
 from __future__ import annotations
 

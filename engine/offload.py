@@ -4,7 +4,7 @@ Rendering templates, tokenizing, checking and bounding JSON schemas and building
 grammars take from microseconds to seconds depending on the request. On the event
 loop they would stall every stream and /health meanwhile, so they run here. The pool
 is not the default executor: the GPU probe (which must notice the owner coming back
-on time) runs there, and image decoding has a pool of its own (app.services.images).
+on time) runs there, and image decoding has a pool of its own (app.services.images.service).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Per-model series of the engine's fair share between tenants, read at scrape time from
-the snapshot each engine publishes (app.services.fairness). Aggregates only: no label
+the snapshot each engine publishes (app.services.generation.fairness). Aggregates only: no label
 names a tenant, so the series stay as many as the served models."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from app.schemas.fairness import ModelFairness
-from app.services.fairness import FairnessView
+from app.services.generation.fairness import FairnessView
 
 # (name, help, the value of one model's snapshot)
 _SERIES: tuple[tuple[str, str, Callable[[ModelFairness], float]], ...] = (

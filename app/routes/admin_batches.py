@@ -14,7 +14,7 @@ from app.errors import InvalidRequest
 from app.routes.admin import AdminKeyGuard
 from app.routes.batches import MAX_LIMIT, BatchesDep
 from app.schemas.batches import BatchStatus
-from app.services.batch_jobs import KIND
+from app.services.batches.jobs import KIND
 
 RunnerDep = Annotated[DeferredRunner, Dependency(skip_validation=True)]  # `batch_runner`
 STATUSES: tuple[str, ...] = BatchStatus.__args__  # type: ignore[attr-defined]  # a Literal's values

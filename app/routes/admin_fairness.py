@@ -11,7 +11,7 @@ from litestar.params import Dependency
 
 from app.routes.admin import AdminKeyGuard
 from app.schemas.fairness import FairnessList
-from app.services.fairness import FairnessView
+from app.services.generation.fairness import FairnessView
 
 FairnessDep = Annotated[FairnessView, Dependency(skip_validation=True)]  # `fairness`
 

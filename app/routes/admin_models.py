@@ -9,7 +9,7 @@ from litestar import Router, get, post
 
 from app.routes.admin import AdminKeyGuard
 from app.routes.deps import ModelsDep
-from app.services.sampling import resolve_model
+from app.services.generation.sampling import resolve_model
 from engine.warm.model import WarmModel
 
 

@@ -1,7 +1,7 @@
 """The Batch API: POST /v1/batches, GET /v1/batches(/{id}), POST /v1/batches/{id}/cancel.
 
 A batch belongs to the key that created it: another key's batch is a 404, as one that
-does not exist. The service (`app.services.batches`) is injected as `batches`."""
+does not exist. The service (`app.services.batches.service`) is injected as `batches`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from litestar.params import Dependency
 from app.errors import InvalidRequest
 from app.request_body import read_json
 from app.schemas.batches import batch_create_decoder
-from app.services.batches import BatchService
+from app.services.batches.service import BatchService
 from app.tenancy.service import request_key, request_tenancy
 
 BatchesDep = Annotated[BatchService, Dependency(skip_validation=True)]

@@ -12,11 +12,11 @@ from typing import Annotated
 from litestar.params import Dependency
 from prometheus_client import CollectorRegistry
 
-from app.services.background_service import BackgroundService
-from app.services.chat import ChatService
-from app.services.completions import CompletionService
-from app.services.messages import MessagesService
-from app.services.responses import ResponsesService
+from app.services.background.service import BackgroundService
+from app.services.chat.service import ChatService
+from app.services.completions.service import CompletionService
+from app.services.messages.service import MessagesService
+from app.services.responses.service import ResponsesService
 from app.storage.files import FileStore
 from app.storage.responses import ResponseStore
 from app.tenancy.service import Tenancy

@@ -4,7 +4,7 @@ Litestar iterates a stream's body in a task it cancels when the client leaves, a
 never closes the body itself: a body cut off mid-way is left suspended, and one whose
 client left before the first body byte (the start sent, then `http.disconnect`) is
 never started at all, so nothing inside it runs. A body with `aclose`
-(`app.services.streaming.SSEBody`) gets it called once the response is over, sent whole
+(`app.services.generation.streaming.SSEBody`) gets it called once the response is over, sent whole
 or not: that ends the request's engine work and settles its usage on every path.
 """
 

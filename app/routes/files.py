@@ -4,7 +4,7 @@ files), GET /v1/files/{file_id}, GET /v1/files/{file_id}/content, DELETE
 404, as an unknown one is.
 
 An upload is read as it streams in, within `--max-file-bytes` and `--max-file-lines`
-(app.uploads); a `batch` file is then checked line by line (app.services.batch_input) off
+(app.uploads); a `batch` file is then checked line by line (app.services.batches.input) off
 the event loop, and stored only if every line can run."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from litestar.response import Stream
 from app.errors import InvalidRequest
 from app.routes.deps import FileLimitsDep, FileStoreDep, ModelsDep
 from app.schemas.files import FileDeleted, FileList, FileWire
-from app.services.batch_input import BatchRules, validate_batch_file
+from app.services.batches.input import BatchRules, validate_batch_file
 from app.storage.database import owner_of
 from app.storage.files import FileObject
 from app.tenancy.service import request_key

@@ -1,6 +1,6 @@
 """POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API.
 
-Requests are converted to chat requests and run as chat runs (app.services.messages);
+Requests are converted to chat requests and run as chat runs (app.services.messages.service);
 `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted and change nothing.
 Errors on these routes are in Anthropic's shape (app.anthropic_errors).
 """
@@ -23,10 +23,10 @@ from app.schemas.messages import (
     count_tokens_request_decoder,
     messages_request_decoder,
 )
-from app.services.chat import messages_for_template
-from app.services.image_decoding import image_refs
-from app.services.messages_request import chat_messages, chat_request, check_tools
-from app.services.sampling import resolve_model
+from app.services.chat.service import messages_for_template
+from app.services.generation.sampling import resolve_model
+from app.services.images.decoding import image_refs
+from app.services.messages.request import chat_messages, chat_request, check_tools
 from app.tenancy.service import request_key, request_tenancy
 from engine.offload import off_loop
 from engine.protocol import Engine

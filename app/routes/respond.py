@@ -13,7 +13,7 @@ from litestar import MediaType, Request, Response
 from app.routes.disconnect import until_disconnected
 from app.routes.event_stream import EventStream
 from app.schemas.sampling import SamplingFields
-from app.services.admission import clamp_priority, client_key
+from app.services.generation.admission import clamp_priority, client_key
 from app.tenancy.isolation import cache_salt
 from app.tenancy.middleware import SCOPE_LIMIT_HEADERS
 from app.tenancy.service import RequestMeter, Tenancy, request_key
@@ -27,7 +27,7 @@ BodyT_contra = TypeVar("BodyT_contra", bound=SamplingFields, contravariant=True)
 
 
 class MeteredService(Protocol[BodyT_contra]):
-    """What `respond` needs of an endpoint's service (app.services.generation's
+    """What `respond` needs of an endpoint's service (app.services.generation.service's
     `GenerationService` is one): a body or a stream, and what a key's limits reserve."""
 
     async def complete(

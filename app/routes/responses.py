@@ -1,6 +1,6 @@
 """POST /v1/responses: OpenAI's Responses API.
 
-Requests are converted to chat requests and run as chat runs (app.services.responses);
+Requests are converted to chat requests and run as chat runs (app.services.responses.service);
 `previous_response_id` continues a stored chain of the same owner (the request's key).
 The request's tools that are not served (OpenAI's hosted tools) are named in the
 `X-Tools-Not-Served` header and the Response's `tools_not_served`.
@@ -17,10 +17,10 @@ from app.routes.deps import BackgroundDep, ResponsesDep, ResponseStoreDep, Tenan
 from app.routes.event_stream import EventStream
 from app.routes.respond import SSE_HEADERS, respond
 from app.schemas.responses import InputItem, ResponsesRequest, responses_request_decoder
-from app.services.deferred_lines import as_key
-from app.services.responses_background import converted, history
-from app.services.responses_request import ResponsesChatRequest
-from app.services.responses_sealing import ReasoningSeal
+from app.services.generation.deferred import as_key
+from app.services.responses.deferred import converted, history
+from app.services.responses.request import ResponsesChatRequest
+from app.services.responses.sealing import ReasoningSeal
 from app.storage.database import owner_of
 from app.tenancy.service import Tenancy, request_key
 from engine.offload import off_loop

@@ -22,9 +22,9 @@ from app.schemas.tokenize import (
     detokenize_request_decoder,
     tokenize_request_decoder,
 )
-from app.services.chat import messages_for_template
-from app.services.image_decoding import image_refs
-from app.services.sampling import resolve_model
+from app.services.chat.service import messages_for_template
+from app.services.generation.sampling import resolve_model
+from app.services.images.decoding import image_refs
 from app.tenancy.service import Tenancy, request_key
 from engine.offload import off_loop
 from engine.protocol import Engine

@@ -34,7 +34,7 @@ class ImagePart(Struct, tag_field="type", tag="image_url"):
 
 ContentPart = TextPart
 Content = str | list[ContentPart]
-# Only user messages may carry images (as OpenAI has it); loading: app.services.images.
+# Only user messages may carry images (as OpenAI has it); loading: app.services.images.service.
 UserContent = str | list[TextPart | ImagePart]
 
 
@@ -93,7 +93,7 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     documents: list[dict[str, str]] | None = None
-    # Refused unless left at vLLM's default (app.services.extensions.REFUSED).
+    # Refused unless left at vLLM's default (app.services.generation.extensions.REFUSED).
     chat_template: Any = UNSET
     media_io_kwargs: Any = UNSET
     mm_processor_kwargs: Any = UNSET

@@ -28,7 +28,7 @@ class CompletionRequest(SamplingFields, kw_only=True):
     # The number of alternatives per token to return (OpenAI allows up to 5).
     logprobs: Annotated[int, Meta(ge=0, le=5)] | None = None
     response_format: ResponseFormat | None = None  # vLLM takes it here too
-    suffix: Any = UNSET  # refused (app.services.extensions.REFUSED)
+    suffix: Any = UNSET  # refused (app.services.generation.extensions.REFUSED)
 
 
 class CompletionLogprobs(Struct):

@@ -2,7 +2,7 @@
 
 Implemented ones are typed and bounded here. The ones lilac-serve does not implement
 are declared too, so that a value that would change the output is a 400 naming the
-field (`app.services.extensions`) instead of being ignored like an unknown field.
+field (`app.services.generation.extensions`) instead of being ignored like an unknown field.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class VLLMExtensionFields(StructuredOutputFields, kw_only=True):
     # Each prompt token's logprob and the k most likely tokens at its place (whole
     # responses only: a 400 with `stream`, as `vllm serve` refuses them there).
     prompt_logprobs: PromptLogprobsCount | None = None
-    # Refused unless left at vLLM's default (app.services.extensions.REFUSED).
+    # Refused unless left at vLLM's default (app.services.generation.extensions.REFUSED).
     use_beam_search: Any = UNSET
     length_penalty: Any = UNSET
     watermarking: Any = UNSET

@@ -5,7 +5,7 @@ Decoded strictly (a block of an unknown `type`, a wrong type, a missing `max_tok
 Anthropic SDKs and agents send fields of newer API versions. Fields that change nothing
 here (`cache_control`, `context_management`, `citations`, `service_tier`) are accepted
 and have no effect; `thinking` and `output_config.effort` map onto the model family's
-reasoning toggles (app.services.messages).
+reasoning toggles (app.services.messages.service).
 """
 
 from __future__ import annotations

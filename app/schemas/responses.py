@@ -1,7 +1,7 @@
 """Wire types of OpenAI's Responses API: the request of POST /v1/responses and its items.
 
 `input` items and `tools` are decoded in two steps: the body with each item (or tool)
-left as its raw JSON, then each item by its `type` (app.services.responses_items). A
+left as its raw JSON, then each item by its `type` (app.services.responses.items). A
 message item may come without `type` (OpenAI's "easy" input message), and a tool may
 be one of OpenAI's hosted tools that are not served here: both rule out decoding them
 as one tagged union. Raw items are slices of the body, not objects the garbage
@@ -110,7 +110,7 @@ class SummaryText(Struct, tag_field="type", tag="summary_text"):
 class ReasoningItem(Struct, tag_field="type", tag="reasoning", kw_only=True):
     summary: list[SummaryText] = msgspec.field(default_factory=list)
     content: list[ReasoningText] | None = None
-    # What this server sealed (app.services.responses_sealing), sent back as it was.
+    # What this server sealed (app.services.responses.sealing), sent back as it was.
     encrypted_content: str | None = None
     id: str | None = None
     status: str | None = None
@@ -195,7 +195,7 @@ class ResponsesRequest(Struct, kw_only=True):
     instructions: str | None = None
     tools: Annotated[list[msgspec.Raw], Meta(max_length=256)] | None = None
     # "none" | "auto" | "required" | an object naming a function, allowed tools or a
-    # hosted tool (decoded in app.services.responses_tools).
+    # hosted tool (decoded in app.services.responses.tools).
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     text: TextConfig | None = None

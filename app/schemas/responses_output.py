@@ -3,7 +3,7 @@ and usage, and the events of a streamed response, as OpenAI sends them (the `ope
 package's `Response` and `ResponseStreamEvent` parse them; `output_text` works on it).
 
 Stream events are `event: <type>` plus the JSON `data`, each with a `sequence_number`
-counting from 0 (app.services.responses_output)."""
+counting from 0 (app.services.responses.wire)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ async def _straight_to_the_engine(
 
 def app_from_environment() -> Litestar:
     """granian's worker factory: the real one, with the lease skipped."""
-    import app.services.generation as generation
+    import app.services.generation.service as generation
     from app.main import app_from_environment as real
 
     generation.admitted = _straight_to_the_engine  # type: ignore[assignment]  # perf-only swap

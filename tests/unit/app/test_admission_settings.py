@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from app.services.admission import policy_from
+from app.services.generation.admission import policy_from
 from app.settings import Settings
 from app.settings_sources import build_parser, settings_from
 

@@ -19,7 +19,7 @@ from app.api_server_checks import refusal
 from app.api_server_launch import workers_kill_timeout_s
 from app.api_servers import Slot, claim_slot, per_process, share, spool_name
 from app.cli import main
-from app.services.admission import policy_from
+from app.services.generation.admission import policy_from
 from app.settings_sources import parse_args
 from engine.admission.runtime import stop_wait_limit_s
 from engine.vllm_backend.config import Frontend

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from app.services.admission import policy_from
+from app.services.generation.admission import policy_from
 from app.settings import Settings
 from app.settings_admission import AdmissionFlags
 from app.settings_server import ServerFlags

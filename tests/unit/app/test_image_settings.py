@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.services.images import ImageLimits
+from app.services.images.service import ImageLimits
 from app.settings_sources import parse_args, settings_from
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import DeferredRunner
-from app.services import background_service
+from app.services.background import service as background_service
 from app.storage.response_events import EventStore
 from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.runner import DeferredRunner
-from app.services.batch_jobs import KIND
+from app.services.batches.jobs import KIND
 from app.storage.files import FileStore
 from app.tenancy.report import summarize
 from app.tenancy.schema import usage

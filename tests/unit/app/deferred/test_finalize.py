@@ -11,8 +11,8 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.deferred.store import DeferredStore, Job
-from app.services.batch_jobs import BatchJobs, result_file_id
-from app.services.batch_lines import LineRunner
+from app.services.batches.jobs import BatchJobs, result_file_id
+from app.services.batches.lines import LineRunner
 from app.storage.database import TenantDatabase
 from app.storage.files import UPLOADING, FileStore
 from app.tenancy.schema import files as files_table

@@ -86,7 +86,9 @@ async def test_a_revoked_keys_batch_stops_on_every_replica(
                 assert time.monotonic() - revoked_at < 2.0, "the batch still runs"
                 await asyncio.sleep(0.02)
             stop_s = time.monotonic() - revoked_at
-            print(f"\n{database.dialect.name}: the batch stopped {stop_s:.2f} s after the revocation")
+            print(
+                f"\n{database.dialect.name}: the batch stopped {stop_s:.2f} s after the revocation"
+            )
             answered = (await runners[0].store.counts([batch["id"]]))[batch["id"]].ok
             rows = await billed(database, batch["id"])
             await asyncio.sleep(0.5)  # nothing more runs, or is billed, afterwards

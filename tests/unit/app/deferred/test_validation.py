@@ -20,11 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.deferred.runner import DeferredRunner
 from app.deferred.store import DeferredStore
 from app.schemas.batches import BatchCreate
-from app.services import batch_validation
-from app.services.batch_jobs import BatchJobs
-from app.services.batch_lines import LineRunner
-from app.services.batch_validation import VALIDATE_LEASE_S
-from app.services.batches import BatchService
+from app.services.batches import validation as batch_validation
+from app.services.batches.jobs import BatchJobs
+from app.services.batches.lines import LineRunner
+from app.services.batches.service import BatchService
+from app.services.batches.validation import VALIDATE_LEASE_S
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from tests.unit.app.deferred.test_runner_policy import ScriptedCapacity

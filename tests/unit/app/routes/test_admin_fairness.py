@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.services.fairness import STALE_AFTER_S, tenant_identity
+from app.services.generation.fairness import STALE_AFTER_S, tenant_identity
 from app.settings import Settings
 from app.tenancy.db import open_database
 from engine.fairness import SHARES_DIR_ENV, StepTimes, TenantShare, shares_file, write_shares

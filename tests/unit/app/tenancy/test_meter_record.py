@@ -10,7 +10,7 @@ import time
 import msgspec
 
 from app.schemas.chat import ChatCompletionRequest
-from app.services.chat_generation import ChatGeneration
+from app.services.chat.wire import ChatGeneration
 from app.tenancy.auth import Authenticator
 from app.tenancy.keys import KeyLimits, KeyRecord
 from app.tenancy.limits import Limiter, Reservation

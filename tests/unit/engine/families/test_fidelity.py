@@ -15,8 +15,8 @@ import msgspec
 import pytest
 
 from app.schemas.chat import ChatCompletionRequest
-from app.services.chat import messages_for_template
-from app.services.tools import tool_fields
+from app.services.chat.service import messages_for_template
+from app.services.generation.tools import tool_fields
 from engine.families import get, resolve
 from engine.templates import load_template_file, render_chat
 from tests.fixtures.published_templates.reconstructions import reference

@@ -38,7 +38,7 @@ def test_only_ours_process_runs_the_engines_frontend_in_a_process_of_its_own() -
 def test_engine_adapter_frames_count_as_ours_and_vllm_frames_as_vllm() -> None:
     ours = [
         "main (granian/server/mp.py:1)",
-        "stream (/w/app/services/generation.py:10)",
+        "stream (/w/app/services/generation/service.py:10)",
         "stream_request (/w/engine/vllm_backend/request_stream.py:70)",
     ]
     assert layer_of(ours) == "our app (app/, engine adapter)"

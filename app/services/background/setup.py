@@ -1,0 +1,33 @@
+"""Building background responses for the app: the `response` kind's handler on the
+deferred-work runner batches use (one runner, one store, one lane), and the API's
+service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.deferred.runner import DeferredRunner
+from app.services.background.events import EventHub
+from app.services.background.runs import BackgroundResponses
+from app.services.background.service import BackgroundService
+from app.storage.database import TenantDatabase
+from app.storage.response_events import EventStore
+from app.storage.responses import ResponseStore
+from app.tenancy.keys import KeyStore
+
+
+def build_background(
+    services: dict[str, Any],
+    runner: DeferredRunner,
+    database: TenantDatabase,
+    response_store: ResponseStore,
+    keys: KeyStore | None,
+) -> BackgroundService:
+    events = EventStore(database)
+    hub = EventHub()
+    responses = services["responses"]
+    handler = BackgroundResponses(
+        runner.store, responses, response_store, events, hub, keys, runner.replica, runner.limits
+    )
+    runner.handlers[handler.kind] = handler
+    return BackgroundService(runner.store, responses, response_store, events, hub, handler, runner)

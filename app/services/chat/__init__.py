@@ -1,0 +1,1 @@
+"""Chat Completions: the service, its wire shapes and its stream frames."""

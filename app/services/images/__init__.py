@@ -1,0 +1,1 @@
+"""Images in requests: fetching (addresses), decoding, the byte budget and the service."""

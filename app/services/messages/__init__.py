@@ -1,0 +1,1 @@
+"""Anthropic's Messages API: the request conversion, the service and its wire shapes."""
