@@ -10,7 +10,7 @@ finds its slot free, and two live workers never hold the same one.
 What must not be multiplied by N is divided here: admission's budgets (each process
 admits its share of the engine, `per_process`), the batch lane's concurrency, and the
 usage spool file (one per process, `spool_name`). Key limits hold across processes
-through the keys database (app.tenancy.fleet_limits, PostgreSQL), as they do across
+through the keys database (app.tenancy.fleet.limits, PostgreSQL), as they do across
 replicas; what cannot yet be shared is refused at start (`refusal`).
 
 Only the HTTP side's part is here: nothing imports vLLM.

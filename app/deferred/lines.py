@@ -26,7 +26,7 @@ from app.deferred.records import (
 from app.deferred.schema import deferred_lines
 from app.storage.database import TenantDatabase
 from app.tenancy.schema import usage
-from app.tenancy.usage import UsageRecord, _row
+from app.tenancy.usage.records import UsageRecord, _row
 
 
 class LineLeases:

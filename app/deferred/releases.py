@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 from app.deferred.store import DeferredStore
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage.records import UsageRecord
 
 log = logging.getLogger("lilac.deferred")
 

@@ -15,7 +15,7 @@ import msgspec
 from app.deferred.releases import CutReleases
 from app.deferred.store import DeferredStore, Job, Line
 from app.deferred.work import CUT_OUTCOME, Answer, Failed, NotRun, RunBill, RunnerStats, run_id
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage.records import UsageRecord
 
 
 class RunSettlement:
@@ -28,11 +28,21 @@ class RunSettlement:
     async def answered(self, job: Job, line: Line, answer: Answer) -> None:
         """The line's answer, if the line is still this replica's; else the run is
         billed alone (the engine did the work)."""
-        if await asyncio.shield(
+        commit = asyncio.ensure_future(
             self.store.answer(
                 job.id, line.seq, self.replica, answer.result, answer.ok, answer.record
             )
-        ):
+        )
+        try:
+            kept = await asyncio.shield(commit)
+        except asyncio.CancelledError:
+            # Stopped meanwhile (the runner closing): the commit goes on, and what it
+            # decided is counted before the stop goes on.
+            if await _outcome(commit):
+                self.stats.answered += 1
+                self._count(answer.record)
+            raise
+        if kept:
             self.stats.answered += 1
             self._count(answer.record)
             return
@@ -83,3 +93,11 @@ class RunSettlement:
         if record is not None:
             self.stats.prompt_tokens += record.prompt_tokens
             self.stats.completion_tokens += record.completion_tokens
+
+
+async def _outcome(commit: asyncio.Future[bool]) -> bool:
+    """Whether `commit` kept the answer, once it has ended (False if it failed)."""
+    try:
+        return await asyncio.shield(commit)
+    except Exception:
+        return False

@@ -17,7 +17,7 @@ import msgspec
 
 from app.deferred.store import Job, Line, LineCounts
 from app.errors import APIError
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage.records import UsageRecord
 
 # A line is tried again after an engine failure until it has failed this many times,
 # and after a cut until it has been cut this many times (a cut is no fault of the line,

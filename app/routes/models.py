@@ -1,6 +1,6 @@
 """GET /v1/models and GET /v1/models/{id} (ids may contain `/`: `org/model`).
 
-With the keys database shared by a fleet (app.tenancy.fleet_models), both answer for
+With the keys database shared by a fleet (app.tenancy.fleet.models), both answer for
 the fleet: this replica's models, then those only other live replicas serve, so a
 router that forwards the call to any one replica gets the fleet's list."""
 
@@ -11,7 +11,7 @@ from litestar import Request, get
 from app.errors import ModelNotFound
 from app.routes.deps import ModelsDep
 from app.schemas.models import ModelCard, ModelList
-from app.tenancy.fleet_models import model_card
+from app.tenancy.fleet.models import model_card
 from app.tenancy.keys import KeyRecord
 from app.tenancy.service import request_key, request_tenancy
 

@@ -15,7 +15,7 @@ from app.routes.event_stream import EventStream
 from app.schemas.sampling import SamplingFields
 from app.services.generation.admission import clamp_priority, client_key
 from app.tenancy.isolation import cache_salt
-from app.tenancy.middleware import SCOPE_LIMIT_HEADERS
+from app.tenancy.scope import SCOPE_LIMIT_HEADERS
 from app.tenancy.service import RequestMeter, Tenancy, request_key
 from engine.warm.elsewhere import REQUEST_BODY
 

@@ -7,7 +7,7 @@ prompt's slot and count in its tokens. One request is one of RPM whatever it hol
 Buckets refill continuously (a limit of 60 per minute gives one back each second) and
 run on `time.monotonic`: setting the wall clock back or forward neither refills nor
 drains them. This limiter counts in one server process; replicas that share a
-PostgreSQL keys database count together (app.tenancy.fleet_limits).
+PostgreSQL keys database count together (app.tenancy.fleet.limits).
 A limit of 0 refuses every request; None means unlimited.
 """
 

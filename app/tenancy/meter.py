@@ -8,19 +8,28 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from app.error_handlers import to_api_error
 from app.errors import ClientDisconnected
 from app.observability import context
 from app.tenancy.keys import KeyRecord
-from app.tenancy.limits import RateLimited, Reservation
-from app.tenancy.usage import UsageRecord, day_of
+from app.tenancy.limits import RateLimited, RateLimiter, Reservation
+from app.tenancy.usage.records import UsageRecord, day_of
+from app.tenancy.usage.writer import UsageWriter
 from app.usage_source import UsageSource
 from engine.errors import AdmissionRejected, Drained
 
-if TYPE_CHECKING:
-    from app.tenancy.service import Tenancy
+
+class Metering(Protocol):
+    """What a meter settles with: the key's limits and the usage writer (the app's
+    `Tenancy` is one)."""
+
+    @property
+    def writer(self) -> UsageWriter | None: ...
+
+    @property
+    def limiter(self) -> RateLimiter: ...
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -80,7 +89,9 @@ class RequestMeter:
         "wall_start",
     )
 
-    def __init__(self, tenancy: Tenancy, key: KeyRecord, endpoint: str, model: str, n: int) -> None:
+    def __init__(
+        self, tenancy: Metering, key: KeyRecord, endpoint: str, model: str, n: int
+    ) -> None:
         self.tenancy = tenancy
         self.key = key
         self.endpoint = endpoint

@@ -14,18 +14,11 @@ from typing import TYPE_CHECKING, Any
 from app.anthropic_errors import is_anthropic_path
 from app.error_handlers import error_content
 from app.errors import APIError, InvalidKey, KeyStoreUnavailable
+from app.tenancy.scope import SCOPE_KEY, SCOPE_LIMIT_HEADERS, SCOPE_TENANCY
 
 if TYPE_CHECKING:
     from app.tenancy.service import Tenancy
 
-SCOPE_KEY = "lilac.key"
-# The x-ratelimit-* headers of an admitted request, as its admission left them (set by
-# app.routes.respond); a response without them gets the limits as they stand at its start.
-SCOPE_LIMIT_HEADERS = "lilac.limit_headers"
-# The app's Tenancy, for the generation routes (app.tenancy.service.request_tenancy):
-# from the scope rather than as a second Litestar dependency, which Litestar would
-# resolve beside the service in a task group of two tasks, on every request.
-SCOPE_TENANCY = "lilac.tenancy"
 # Probes and metrics answer without a key: load balancers, container and Kubernetes
 # probes and Prometheus call them without one, and they hold no tenant's data.
 OPEN_PATHS = frozenset({"/health", "/health/live", "/metrics"})

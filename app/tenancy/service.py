@@ -21,13 +21,13 @@ from app.observability import context
 from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.db import create_engine, default_url, sqlite_path
-from app.tenancy.fleet_limits import SYNC_INTERVAL_S, FleetLimiter
-from app.tenancy.fleet_models import HEARTBEAT_S, FleetModels
+from app.tenancy.fleet.limits import SYNC_INTERVAL_S, FleetLimiter
+from app.tenancy.fleet.models import HEARTBEAT_S, FleetModels
 from app.tenancy.keys import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
 from app.tenancy.meter import RequestMeter, refusal_reason
-from app.tenancy.middleware import SCOPE_KEY, SCOPE_TENANCY
-from app.tenancy.usage_writer import UsageWriter
+from app.tenancy.scope import SCOPE_KEY, SCOPE_TENANCY
+from app.tenancy.usage.writer import UsageWriter
 
 SPOOL_FILE = "usage-spool.jsonl"
 
@@ -133,9 +133,9 @@ class Tenancy:
         fleet_heartbeat_s: float = HEARTBEAT_S,
     ) -> Tenancy:
         """Keys, usage and limits on `engine`. On PostgreSQL, which replicas share, a
-        key's limits hold across all of them (app.tenancy.fleet_limits); on SQLite,
+        key's limits hold across all of them (app.tenancy.fleet.limits); on SQLite,
         one server's, they count in this process. With `fleet_heartbeat_s` over 0, the
-        replicas on it publish their models to each other (app.tenancy.fleet_models)."""
+        replicas on it publish their models to each other (app.tenancy.fleet.models)."""
         store = KeyStore(engine)
         auth = DatabaseKeys(store, outage_s=outage_s)
         limiter: RateLimiter | None = None

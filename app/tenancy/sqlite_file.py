@@ -1,6 +1,6 @@
 """What every connection to the SQLite file sets, and the usage writer's own connection
 and statements, in a module light enough for the usage writer's child process to import
-(no SQLAlchemy, no Alembic: app.tenancy.usage_process starts in a fraction of a second).
+(no SQLAlchemy, no Alembic: app.tenancy.usage.process starts in a fraction of a second).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from app.tenancy.usage import sqlite_insert
+from app.tenancy.usage.records import sqlite_insert
 
 # SQLite waits this long for another writer's lock before failing.
 BUSY_TIMEOUT_MS = 5000
@@ -19,7 +19,7 @@ ROWS_PER_STATEMENT = 64
 
 def sqlite_pragmas(dbapi_conn: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
     """What every connection to the SQLite file sets (SQLAlchemy's and the usage
-    writer's own, app.tenancy.usage_sqlite and app.tenancy.usage_process)."""
+    writer's own, app.tenancy.usage.sqlite and app.tenancy.usage.process)."""
     cursor = dbapi_conn.cursor()
     # First: the pragmas after it wait for a lock this long too.
     cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")

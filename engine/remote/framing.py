@@ -1,6 +1,6 @@
 """Length-prefixed frames over a local socket: each frame is its payload's length
 (4 bytes, little-endian) and the payload. The engine's own process (engine.remote) and
-the usage writer's (app.tenancy.usage_child) both speak it; nothing here imports more
+the usage writer's (app.tenancy.usage.child) both speak it; nothing here imports more
 than the standard library, so a small child starts quickly.
 """
 

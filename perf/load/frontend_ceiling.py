@@ -15,7 +15,7 @@ summed over them, and "per core" is per CPU second of all of them together (what
 process gives per core it keeps busy), beside each worker's own share of the CPU.
 
 With `--keys` each worker commits usage rows in a child process of its own
-(app.tenancy.usage_child): its CPU is counted apart (`writer_cpu_s`), and "per core,
+(app.tenancy.usage.child): its CPU is counted apart (`writer_cpu_s`), and "per core,
 with the writer" is per CPU second of the workers and their writers together. With
 `--writer-cores`, those children run on the cores named (from the warm-up on), as on a
 box where the writer finds a core of its own: run the command under `taskset -c 0`, and
@@ -236,7 +236,7 @@ def _writer_cpu(workers: list[psutil.Process]) -> dict[int, float]:
     for worker in workers:
         for child in worker.children(recursive=True):
             try:
-                if "app.tenancy.usage_child" in " ".join(child.cmdline()):
+                if "app.tenancy.usage.child" in " ".join(child.cmdline()):
                     out[child.pid] = cpu_seconds(child)
             except psutil.Error:
                 continue  # ended meanwhile

@@ -46,7 +46,7 @@ from app.services.responses.request import ResponsesChatRequest, chat_request
 from app.services.responses.sealing import ReasoningSeal
 from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.keys import KeyRecord
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage.records import UsageRecord
 from engine.admission.runtime import DEFERRED_PREFIX
 from engine.offload import off_loop
 

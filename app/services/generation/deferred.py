@@ -16,7 +16,7 @@ from app.services.generation.admission import clamp_priority
 from app.tenancy.deferred_limits import DeferredLimits, OverDeferredLimits
 from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import DEFAULT_WEIGHT, KeyRecord
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage.records import UsageRecord
 from app.usage_source import UsageSource
 
 Request = TypeVar("Request")

@@ -14,7 +14,7 @@ from app.deferred.runner import DeferredRunner
 from app.deferred.store import ANSWERED, PENDING, RUNNING, DeferredStore, Job, Line, LineCounts
 from app.deferred.work import Answer, RunBill
 from app.storage.database import TenantDatabase
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage.records import UsageRecord
 from tests.unit.app.deferred.test_store import Clock, job, record, store_of, usage_count
 
 

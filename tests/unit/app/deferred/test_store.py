@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.deferred.store import ANSWERED, EXPIRED, PENDING, DeferredStore, Job
 from app.storage.database import TenantDatabase
 from app.tenancy.schema import usage
-from app.tenancy.usage import UsageRecord
+from app.tenancy.usage.records import UsageRecord
 
 
 class Clock:

@@ -7,7 +7,8 @@ from typing import Any
 
 from app.tenancy.auth import Authenticator
 from app.tenancy.keys import KeyLimits, KeyRecord
-from app.tenancy.middleware import SCOPE_KEY, AuthMiddleware
+from app.tenancy.middleware import AuthMiddleware
+from app.tenancy.scope import SCOPE_KEY
 from app.tenancy.service import Tenancy
 
 KEY = KeyRecord(id="k1", name="k1", created_at=0.0, limits=KeyLimits(rpm=60, tpm=None))

@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 
 from app.tenancy.db import open_database
-from app.tenancy.usage import _values
-from app.tenancy.usage_process import ProcessInserts
+from app.tenancy.usage.process import ProcessInserts
+from app.tenancy.usage.records import _values
 from perf.load.frontend_ceiling import _pin_writers, _writer_cpu
-from tests.unit.app.tenancy.test_usage_bounded import record
+from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
 
 async def test_the_writer_cpu_is_its_usage_child_s_only(tmp_path: Path) -> None:

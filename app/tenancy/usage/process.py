@@ -1,9 +1,9 @@
 """Usage rows into a SQLite file through a child process of the writer's own
-(app.tenancy.usage_child): one frame out and one back per group commit, over a socket
+(app.tenancy.usage.child): one frame out and one back per group commit, over a socket
 pair, with no thread in the HTTP process.
 
 Why a process: with the commit on a thread of the HTTP process
-(app.tenancy.usage_sqlite), the SQLite thread and the event loop pass the GIL back and
+(app.tenancy.usage.sqlite), the SQLite thread and the event loop pass the GIL back and
 forth around every commit (each time the thread comes back from SQLite it waits for
 the GIL, up to the interpreter's switch interval while the loop is busy), and the two
 threads' sleeping and waking cost the worker more than the commit's own work: keys
@@ -45,12 +45,12 @@ from typing import Any
 import msgspec
 
 from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS
-from app.tenancy.usage_child import Done, Insert
+from app.tenancy.usage.child import Done, Insert
 from engine.remote.framing import FrameReader, frame
 
 log = logging.getLogger("lilac.usage")
 
-CHILD_MODULE = "app.tenancy.usage_child"
+CHILD_MODULE = "app.tenancy.usage.child"
 # How long `close` waits for the child to end after its socket closed, before a kill.
 CLOSE_WAIT_S = 5.0
 _POLL_S = 0.005
@@ -68,7 +68,7 @@ class ProcessInserts:
         self._busy_timeout_ms = busy_timeout_ms
         self._child: _Child | None = None
         self._lock = asyncio.Lock()
-        self._fallback: Any = None  # app.tenancy.usage_sqlite.SqliteInserts, if no child
+        self._fallback: Any = None  # app.tenancy.usage.sqlite.SqliteInserts, if no child
 
     @property
     def pid(self) -> int | None:
@@ -119,7 +119,7 @@ class ProcessInserts:
             raise _error(reply.error, reply.message)
 
     def _fall_back(self, why: str) -> Any:
-        from app.tenancy.usage_sqlite import SqliteInserts
+        from app.tenancy.usage.sqlite import SqliteInserts
 
         log.warning("usage: cannot start the usage writer's process (%s); writing on a thread", why)
         self._fallback = SqliteInserts(self.path, self._busy_timeout_ms)

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.usage_last_use import TOUCH_EVERY_S
-from app.tenancy.usage_spool import UsageSpool
-from app.tenancy.usage_writer import RETRY_S, UsageWriter
+from app.tenancy.usage.last_use import TOUCH_EVERY_S
+from app.tenancy.usage.spool import UsageSpool
+from app.tenancy.usage.writer import RETRY_S, UsageWriter
 from tests.unit.app.tenancy.helpers import refusal_counts, usage_rows
-from tests.unit.app.tenancy.test_usage_bounded import record
+from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
 
 async def _asleep(writer: UsageWriter) -> None:
@@ -92,7 +92,7 @@ async def test_the_spool_file_is_looked_at_once_then_known(
     def failing(path: Path, lines: list[str]) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("app.tenancy.usage_spool._append_lines", failing)
+    monkeypatch.setattr("app.tenancy.usage.spool._append_lines", failing)
     with pytest.raises(OSError):
         spool.append([record("d")])
     assert not spool.has_records()  # asked the disk again: nothing was written

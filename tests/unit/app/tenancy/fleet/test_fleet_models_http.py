@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app
 from app.settings import Settings
-from app.tenancy.fleet_models import FleetModels
+from app.tenancy.fleet.models import FleetModels
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from engine.warm.model import WarmConfig

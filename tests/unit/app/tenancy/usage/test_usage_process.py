@@ -1,4 +1,4 @@
-"""The usage writer's child process (app.tenancy.usage_process, app.tenancy.usage_child):
+"""The usage writer's child process (app.tenancy.usage.process, app.tenancy.usage.child):
 rows committed durably before `insert` returns, the child's errors raised again as the
 same class, a dead child's commit failing as the database being down and the next one
 starting a fresh child, signals ignored, and no child left behind."""
@@ -18,9 +18,9 @@ import psutil
 import pytest
 
 from app.tenancy.db import open_database
-from app.tenancy.usage import _values
-from app.tenancy.usage_process import ProcessInserts
-from tests.unit.app.tenancy.test_usage_bounded import record
+from app.tenancy.usage.process import ProcessInserts
+from app.tenancy.usage.records import _values
+from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
 
 async def migrated(tmp_path: Path) -> Path:
@@ -140,9 +140,9 @@ def test_the_child_ends_when_its_parent_dies(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import asyncio, os, sys
-        from app.tenancy.usage import _values
-        from app.tenancy.usage_process import ProcessInserts
-        from tests.unit.app.tenancy.test_usage_bounded import record
+        from app.tenancy.usage.records import _values
+        from app.tenancy.usage.process import ProcessInserts
+        from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
         async def main():
             inserts = ProcessInserts({str(path)!r})
@@ -189,7 +189,7 @@ async def test_a_child_that_ends_before_answering_leaves_the_rows_to_a_thread(
 ) -> None:
     """A child that cannot start (its interpreter or imports fail) is not a database
     that is down: the same rows go through the thread version, at once."""
-    from app.tenancy import usage_process
+    from app.tenancy.usage import process as usage_process
 
     path = await migrated(tmp_path)
     monkeypatch.setattr(usage_process, "CHILD_MODULE", "app.tenancy.no_such_module")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 
 from app.tenancy.keys import KeyStore
-from app.tenancy.usage import UsageRecord
-from app.tenancy.usage_faults import reason
+from app.tenancy.usage.faults import reason
+from app.tenancy.usage.records import UsageRecord
 
 log = logging.getLogger("lilac.usage")
 

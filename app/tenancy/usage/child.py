@@ -1,5 +1,5 @@
-"""The usage writer's child process (`python -m app.tenancy.usage_child FD PATH
-BUSY_TIMEOUT_MS`), and the frames it exchanges with app.tenancy.usage_process.
+"""The usage writer's child process (`python -m app.tenancy.usage.child FD PATH
+BUSY_TIMEOUT_MS`), and the frames it exchanges with app.tenancy.usage.process.
 
 The parent sends one `Insert` frame per group commit; the child inserts the rows on its
 own SQLite connection (app.tenancy.sqlite_file: autocommit, WAL, `synchronous=FULL`)

@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.cli import main
 from app.observability.context import MAX_CLIENT_ID_CHARS
 from app.tenancy.schema import REQUEST_ID_CHARS
-from app.tenancy.usage import DEAD_LETTER_FILE, UsageRecord
-from app.tenancy.usage_writer import UsageWriter
+from app.tenancy.usage.records import DEAD_LETTER_FILE, UsageRecord
+from app.tenancy.usage.writer import UsageWriter
 from engine.scripted import ScriptedEngine
 from tests.unit.app.tenancy.helpers import (
     ADMIN_KEY,
@@ -281,7 +281,7 @@ def test_the_writer_has_its_own_connection_only_to_a_sqlite_file(tmp_path: Path)
     hand-over per group commit); an in-memory database or a URL with options keeps
     SQLAlchemy's engine, which alone reaches that database."""
     from app.tenancy.db import create_engine
-    from app.tenancy.usage_sqlite import direct_path
+    from app.tenancy.usage.sqlite import direct_path
 
     assert direct_path(create_engine(f"sqlite:///{tmp_path}/lilac.db")) == tmp_path / "lilac.db"
     assert direct_path(create_engine("sqlite:///:memory:")) is None

@@ -3,7 +3,7 @@
 Each request becomes one `UsageRecord`; `_row` and `_line` turn it into a database row
 and a spool line (JSON), `_parse` reads a spool line back. The writer that makes records
 durable (group commits, the spool, dead letters, refusal counts) is `UsageWriter`, in
-`app.tenancy.usage_writer`; its spool and dead-letter files are `app.tenancy.usage_spool`.
+`app.tenancy.usage.writer`; its spool and dead-letter files are `app.tenancy.usage.spool`.
 """
 
 from __future__ import annotations

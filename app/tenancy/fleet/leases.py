@@ -1,4 +1,4 @@
-"""A replica's slices of a key's shared buckets (app.tenancy.fleet_limits), and the
+"""A replica's slices of a key's shared buckets (app.tenancy.fleet.limits), and the
 local share it counts from while the shared store does not answer.
 
 Counting alone, each key gets its share of a limit: the limit divided by the replicas
@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from app.tenancy.fleet.limit_store import WINDOW_S, share
 from app.tenancy.keys import KeyLimits
-from app.tenancy.limit_store import WINDOW_S, share
 from app.tenancy.limits import RateLimited
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from app.observability.context import new_request_id
 from app.tenancy.db import open_database
 from app.tenancy.sqlite_file import connect, insert_rows
-from app.tenancy.usage import _values
-from tests.unit.app.tenancy.test_usage_bounded import record
+from app.tenancy.usage.records import _values
+from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
 ROWS = 21  # rows a group commit holds under 64 clients (docs/frontend.md)
 COMMITS = 40

@@ -10,7 +10,7 @@ import asyncio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.fleet_models import BEATS_TO_EXPIRE, FleetModels
+from app.tenancy.fleet.models import BEATS_TO_EXPIRE, FleetModels
 from app.tenancy.schema import fleet_models
 from engine.scripted import ScriptedEngine
 from engine.warm.model import WarmConfig

@@ -4,10 +4,10 @@ in what the store counts as its own."""
 
 from __future__ import annotations
 
-from app.tenancy.fleet_leases import KeyLease
-from app.tenancy.fleet_rounds import apply_round, round_asks
+from app.tenancy.fleet.leases import KeyLease
+from app.tenancy.fleet.limit_store import Grant, Round
+from app.tenancy.fleet.rounds import apply_round, round_asks
 from app.tenancy.keys import KeyLimits
-from app.tenancy.limit_store import Grant, Round
 
 
 def test_slots_a_round_gives_back_are_given_up_when_it_asks() -> None:

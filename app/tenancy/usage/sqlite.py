@@ -1,6 +1,6 @@
 """Usage rows into a SQLite file through a connection of the writer's own, on a thread
 of its own: one hand-over to that thread per group commit, and one statement per
-commit. The writer now commits in a process of its own (app.tenancy.usage_process,
+commit. The writer now commits in a process of its own (app.tenancy.usage.process,
 which says why); this thread version does the work where no child process can start.
 
 Through SQLAlchemy's async engine over aiosqlite the same commit crosses threads about

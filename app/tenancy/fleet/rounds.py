@@ -1,4 +1,4 @@
-"""One round of a replica with the shared store (app.tenancy.fleet_limits): what it asks
+"""One round of a replica with the shared store (app.tenancy.fleet.limits): what it asks
 for each key (its slices topped up, or given back when the key is idle, and the
 concurrency slots it needs) and how the store's grants are applied to the slices.
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from app.tenancy.fleet_leases import KeyLease, Lease
-from app.tenancy.limit_store import WINDOW_S, Ask, Grant, Round
+from app.tenancy.fleet.leases import KeyLease, Lease
+from app.tenancy.fleet.limit_store import WINDOW_S, Ask, Grant, Round
 
 LEASE_FRACTION = 0.05  # a replica's slice of a bucket: this part of the limit, over replicas
 IDLE_S = 10.0  # a key unused this long gives its slices back

@@ -1,12 +1,12 @@
 """Per-key limits that hold across every replica sharing a PostgreSQL keys database.
 
 Each key's requests and tokens per minute are one token bucket in the database
-(app.tenancy.limit_store), and its concurrent requests one count of slots. A replica
+(app.tenancy.fleet.limit_store), and its concurrent requests one count of slots. A replica
 does not ask the database per request: it leases a slice of each bucket (5% of the
 limit over the live replicas, or what a waiting request needs) and admits from the
 slice in memory. A background round (every `sync_interval_s`, and at once when a
 request finds its slice short) tops the slices of busy keys up, gives back those of
-keys idle for `IDLE_S` (what a round asks and applies: app.tenancy.fleet_rounds), and
+keys idle for `IDLE_S` (what a round asks and applies: app.tenancy.fleet.rounds), and
 renews the replica's heartbeat, which is how replicas count each other. A unit is
 taken from the shared bucket before any replica spends it, so the fleet together
 admits no more than one server would; leased units a replica sits on are at most 5% of
@@ -20,7 +20,7 @@ When a round fails (the database is down or slow), the replica counts alone: eac
 key gets its share, the limit divided by the replicas it last saw (at least 1), as a
 local bucket starting from what the replica still held. The next round that succeeds
 brings it back to the shared buckets. The slices and that local share are in
-app.tenancy.fleet_leases.
+app.tenancy.fleet.leases.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tasks import cancel_and_wait, wait_event
-from app.tenancy.fleet_leases import (
+from app.tenancy.fleet.leases import (
     KeyLease,
     Lease,
     alone_refusal,
@@ -43,9 +43,9 @@ from app.tenancy.fleet_leases import (
     refill_alone,
     start_alone,
 )
-from app.tenancy.fleet_rounds import apply_round, round_asks
+from app.tenancy.fleet.limit_store import WINDOW_S, LimitStore, share
+from app.tenancy.fleet.rounds import apply_round, round_asks
 from app.tenancy.keys import KeyLimits
-from app.tenancy.limit_store import WINDOW_S, LimitStore, share
 from app.tenancy.limits import (
     Clock,
     RateLimited,

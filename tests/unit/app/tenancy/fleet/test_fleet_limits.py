@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.tenancy.db import async_url
-from app.tenancy.fleet_limits import FleetLimiter
+from app.tenancy.fleet.limit_store import LimitStore
+from app.tenancy.fleet.limits import FleetLimiter
 from app.tenancy.keys import KeyLimits
-from app.tenancy.limit_store import LimitStore
 from app.tenancy.limits import Limiter, RateLimited
 from tests.postgres import TempPostgres, start_postgres
 

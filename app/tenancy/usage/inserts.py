@@ -1,5 +1,5 @@
 """How the usage writer's rows reach the database, one statement per group commit:
-on a SQLite file through the writer's own child process (app.tenancy.usage_process),
+on a SQLite file through the writer's own child process (app.tenancy.usage.process),
 on other SQLite URLs as driver SQL, on PostgreSQL as an insert that skips a
 `request_id` already written."""
 
@@ -9,9 +9,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.schema import usage
-from app.tenancy.usage import SQLITE_INSERT, UsageRecord, _row, _values
-from app.tenancy.usage_process import ProcessInserts
-from app.tenancy.usage_sqlite import direct_path
+from app.tenancy.usage.process import ProcessInserts
+from app.tenancy.usage.records import SQLITE_INSERT, UsageRecord, _row, _values
+from app.tenancy.usage.sqlite import direct_path
 
 
 class UsageInserts:

@@ -18,10 +18,10 @@ from sqlalchemy.pool import NullPool
 
 from app.main import create_app
 from app.settings import Settings
-from app.tenancy.commit_window import BATCH_ROWS, CommitWindow
 from app.tenancy.schema import usage
 from app.tenancy.service import Tenancy
-from app.tenancy.usage_writer import UsageWriter
+from app.tenancy.usage.commit_window import BATCH_ROWS, CommitWindow
+from app.tenancy.usage.writer import UsageWriter
 from engine.scripted import ScriptedEngine
 from tests.unit.app.tenancy.helpers import URL, chat, new_key, usage_rows
 
@@ -214,7 +214,7 @@ async def test_a_batch_beyond_one_statement_commits_once_and_a_refused_row_spare
     """150 rows queued together are one commit of several statements (one transaction);
     a repeated id is written once; a row the database refuses among 150 others is set
     aside and the others are committed."""
-    from tests.unit.app.tenancy.test_usage_bounded import record
+    from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
     writer = UsageWriter(database, tmp_path / "usage-spool.jsonl")
     file = Path(database.url.database or "") if database.dialect.name == "sqlite" else None

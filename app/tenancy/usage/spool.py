@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from app.tenancy.usage import DEAD_LETTER_FILE, UsageRecord, _line
+from app.tenancy.usage.records import DEAD_LETTER_FILE, UsageRecord, _line
 
 
 class UsageSpool:

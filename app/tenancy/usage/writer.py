@@ -5,7 +5,7 @@ the record is durable: the generation routes await it before the client gets the
 byte of the response, so a completed request is never billed from memory alone. Records that
 arrive together are committed together (one transaction: a group commit); while other
 metered requests run, a commit waits a little for them to join it
-(app.tenancy.commit_window), so that many concurrent requests share one commit.
+(app.tenancy.usage.commit_window), so that many concurrent requests share one commit.
 
 No record can take the others down with it. When a group commit fails, its records are
 committed one by one; one the database still refuses while it answers (a value it will
@@ -21,19 +21,19 @@ line that does not parse too); only rows still unwritten stay in the spool.
 `request_id` is unique, so a record spooled twice is written once.
 
 On a SQLite file, the commits run in a child process of the writer's own
-(app.tenancy.usage_process): one frame of rows out and one reply back per group
+(app.tenancy.usage.process): one frame of rows out and one reply back per group
 commit, with the same durability (WAL, `synchronous=FULL`, the reply once the commit
 has returned). Why a process and not a thread: a thread shares the GIL with the event
 loop, and handing each commit to it and back cost the worker more CPU than the commit
 itself (keys on, non-streamed, 0.77-0.83 of the requests per CPU second of keys off
 through the server, against 0.87-0.90 with the process; docs/frontend.md, "Keys on: the
 commit in a process of its own"). Where no child can be started, the thread does the work
-(app.tenancy.usage_sqlite). How rows reach each kind of database is
-app.tenancy.usage_inserts; each key's `last_used_at`, written after a batch's requests
-have their answer, app.tenancy.usage_last_use.
+(app.tenancy.usage.sqlite). How rows reach each kind of database is
+app.tenancy.usage.inserts; each key's `last_used_at`, written after a batch's requests
+have their answer, app.tenancy.usage.last_use.
 
 Refused requests (nothing generated) are not rows: `refuse` counts them
-(app.tenancy.usage_refusals) and the writer adds the counts to `usage_refusals` each
+(app.tenancy.usage.refusals) and the writer adds the counts to `usage_refusals` each
 second.
 """
 
@@ -48,15 +48,15 @@ from pathlib import Path
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.commit_window import CommitWindow
 from app.tenancy.keys import KeyStore
 from app.tenancy.schema import usage_dead_letter
-from app.tenancy.usage import UsageRecord, _line, _parse
-from app.tenancy.usage_faults import fault, reason
-from app.tenancy.usage_inserts import UsageInserts
-from app.tenancy.usage_last_use import LastUse
-from app.tenancy.usage_refusals import RefusalCounts
-from app.tenancy.usage_spool import UsageSpool
+from app.tenancy.usage.commit_window import CommitWindow
+from app.tenancy.usage.faults import fault, reason
+from app.tenancy.usage.inserts import UsageInserts
+from app.tenancy.usage.last_use import LastUse
+from app.tenancy.usage.records import UsageRecord, _line, _parse
+from app.tenancy.usage.refusals import RefusalCounts
+from app.tenancy.usage.spool import UsageSpool
 from engine.ticks import tick_delay
 
 log = logging.getLogger("lilac.usage")
