@@ -38,6 +38,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(MKDOCS) build --strict --quiet
 
 # The documentation site on http://127.0.0.1:8001, rebuilt on every change.

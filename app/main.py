@@ -17,18 +17,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import msgspec
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 
-from app import collector
-from app.error_handlers import exception_handlers
-from app.loop_lag import LoopLagMonitor
-from app.observability import context, logs
+from app.config.settings import Settings
+from app.errors.handlers import exception_handlers
+from app.launch import collector
+from app.launch.served_models import build_pool
+from app.observability import context
 from app.observability.batch_metrics import BatchCollector
 from app.observability.fairness_metrics import FairnessCollector
+from app.observability.loop_lag import LoopLagMonitor
 from app.observability.metrics import ServerMetrics, UsageWriterCollector
 from app.observability.middleware import RequestObserver
 from app.observability.stop_stacks import dump_stacks_if_stop_stalls
@@ -54,7 +55,6 @@ from app.routes.stored_responses import (
     retrieve_response,
 )
 from app.routes.tokenize import detokenize, tokenize
-from app.served_models import build_pool
 from app.services.background.setup import build_background
 from app.services.batches.setup import build_batches
 from app.services.chat.service import ChatService
@@ -65,13 +65,12 @@ from app.services.images.service import ImageLimits, ImageLoader
 from app.services.messages.service import MessagesService
 from app.services.responses.sealing import ReasoningSeal
 from app.services.responses.service import ResponsesService
-from app.settings import Settings
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.storage.responses import ResponseLimits, ResponseStore
 from app.tenancy.middleware import AuthMiddleware
 from app.tenancy.service import Tenancy, database_url
-from app.uploads import FileLimits
+from app.transport.uploads import FileLimits
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
 from engine.protocol import Engine, ModelHost
@@ -309,7 +308,7 @@ async def _exit_when_engine_dies(engine: ModelHost) -> None:
 
 
 async def _start_engine(host: PoolHost, requests_held: int) -> None:
-    """Load the models; then settle the collector for serving (app.collector), for a
+    """Load the models; then settle the collector for serving (app.launch.collector), for a
     process that holds at most `requests_held` requests at once."""
     try:
         await host.start()
@@ -343,28 +342,3 @@ def root_cause(exc: BaseException) -> str:
 
 def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split()) or '(no message)'}"
-
-
-def app_from_environment() -> Litestar:
-    """Factory for granian's worker: settings travel as JSON in LILAC_SETTINGS_JSON."""
-    raw = os.environ.get("LILAC_SETTINGS_JSON")
-    settings = msgspec.json.decode(raw, type=Settings) if raw else Settings()
-    logs.configure(settings.log_format, settings.log_level)
-    forget_secrets()
-    from app import api_servers
-
-    shared = api_servers.from_environment()
-    if shared is not None:  # one of `--api-server-count` frontends (app.api_servers)
-        return api_servers.frontend_app(settings, shared)
-    return create_app(settings, handle_sigterm=True, exit_on_engine_death=True)
-
-
-# Environment variables that may carry a secret: the engine's processes, started from
-# this one, must not inherit them.
-SECRET_VARIABLES = ("LILAC_SETTINGS_JSON", "LILAC_ADMIN_KEY")
-
-
-def forget_secrets() -> None:
-    """Remove secrets from this process's environment once the settings are read."""
-    for name in SECRET_VARIABLES:
-        os.environ.pop(name, None)

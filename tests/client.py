@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 from litestar import Litestar
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from engine.admission.probes import Probe
 from engine.protocol import Engine
 from engine.warm.pool import ModelPool

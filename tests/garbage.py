@@ -1,7 +1,7 @@
 """Reference cycles a request leaves: the ASGI exchange the tests drive an app with
 (a client that may leave mid-way), and what the garbage collector finds after it.
 
-The server collects the young generation rarely (app.collector): a request that left a
+The server collects the young generation rarely (app.launch.collector): a request that left a
 reference cycle would keep its objects, its body among them, alive until the next
 collection, hundreds of requests later."""
 

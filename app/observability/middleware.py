@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from app.anthropic_errors import is_anthropic_path
+from app.errors.anthropic import is_anthropic_path
 from app.observability.context import (
     HEADER,
     RequestRecord,

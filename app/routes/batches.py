@@ -12,10 +12,10 @@ from litestar import MediaType, Request, Response, get, post
 from litestar.params import Dependency
 
 from app.errors import InvalidRequest
-from app.request_body import read_json
 from app.schemas.batches import batch_create_decoder
 from app.services.batches.service import BatchService
 from app.tenancy.service import request_key, request_tenancy
+from app.transport.request_body import read_json
 
 BatchesDep = Annotated[BatchService, Dependency(skip_validation=True)]
 MAX_LIMIT = 100

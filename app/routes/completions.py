@@ -5,11 +5,11 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from app.request_body import read_json
 from app.routes.deps import CompletionsDep
 from app.routes.respond import respond
 from app.schemas.completions import completion_request_decoder
 from app.tenancy.service import request_tenancy
+from app.transport.request_body import read_json
 
 
 @post("/v1/completions", status_code=200)

@@ -20,7 +20,7 @@ from app.services.responses.service import ResponsesService
 from app.storage.files import FileStore
 from app.storage.responses import ResponseStore
 from app.tenancy.service import Tenancy
-from app.uploads import FileLimits
+from app.transport.uploads import FileLimits
 from engine.admission.runtime import AdmissionController
 from engine.protocol import ModelHost
 from engine.warm.pool import ModelPool

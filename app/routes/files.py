@@ -4,8 +4,8 @@ files), GET /v1/files/{file_id}, GET /v1/files/{file_id}/content, DELETE
 404, as an unknown one is.
 
 An upload is read as it streams in, within `--max-file-bytes` and `--max-file-lines`
-(app.uploads); a `batch` file is then checked line by line (app.services.batches.input) off
-the event loop, and stored only if every line can run."""
+(app.transport.uploads); a `batch` file is then checked line by line
+(app.services.batches.input) off the event loop, and stored only if every line can run."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from app.services.batches.input import BatchRules, validate_batch_file
 from app.storage.database import owner_of
 from app.storage.files import FileObject
 from app.tenancy.service import request_key
-from app.uploads import Upload, read_upload
+from app.transport.uploads import Upload, read_upload
 from engine.offload import off_loop
 
 # Purposes an upload may name: only batch input is served.

@@ -2,7 +2,7 @@
 
 Requests are converted to chat requests and run as chat runs (app.services.messages.service);
 `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted and change nothing.
-Errors on these routes are in Anthropic's shape (app.anthropic_errors).
+Errors on these routes are in Anthropic's shape (app.errors.anthropic).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from app.errors import InvalidRequest
-from app.request_body import read_json
 from app.routes.deps import MessagesDep, ModelsDep
 from app.routes.respond import respond
 from app.schemas.chat import Message
@@ -28,6 +27,7 @@ from app.services.generation.sampling import resolve_model
 from app.services.images.decoding import image_refs
 from app.services.messages.request import chat_messages, chat_request, check_tools
 from app.tenancy.service import request_key, request_tenancy
+from app.transport.request_body import read_json
 from engine.offload import off_loop
 from engine.protocol import Engine
 

@@ -12,7 +12,6 @@ import msgspec
 from litestar import MediaType, Request, Response, post
 from litestar.response import Stream
 
-from app.request_body import INLINE_BYTES, read_json
 from app.routes.deps import BackgroundDep, ResponsesDep, ResponseStoreDep, TenancyDep
 from app.routes.event_stream import EventStream
 from app.routes.respond import SSE_HEADERS, respond
@@ -23,6 +22,7 @@ from app.services.responses.request import ResponsesChatRequest
 from app.services.responses.sealing import ReasoningSeal
 from app.storage.database import owner_of
 from app.tenancy.service import Tenancy, request_key
+from app.transport.request_body import INLINE_BYTES, read_json
 from engine.offload import off_loop
 
 NOT_SERVED_HEADER = "X-Tools-Not-Served"

@@ -5,7 +5,7 @@ With keys, each call is the key's as a generation is: a model the key may not us
 404 `model_not_found` (its template and default system prompt are not shown), and each
 call takes one of the key's requests per minute.
 
-Bodies are read and bounded as the generation endpoints' are (app.request_body), and
+Bodies are read and bounded as the generation endpoints' are (app.transport.request_body), and
 rendering and tokenizing run off the event loop (engine.offload)."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 from litestar import Request, post
 
 from app.errors import InvalidRequest
-from app.request_body import read_json
 from app.routes.deps import ModelsDep, TenancyDep
 from app.schemas.chat import Message
 from app.schemas.tokenize import (
@@ -26,6 +25,7 @@ from app.services.chat.service import messages_for_template
 from app.services.generation.sampling import resolve_model
 from app.services.images.decoding import image_refs
 from app.tenancy.service import Tenancy, request_key
+from app.transport.request_body import read_json
 from engine.offload import off_loop
 from engine.protocol import Engine
 from engine.warm.model import WarmModel

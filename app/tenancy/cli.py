@@ -11,8 +11,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.settings import Settings
-from app.settings_sources import settings_from
+from app.config.settings import Settings
+from app.config.sources import settings_from
 from app.tenancy.db import DatabaseError, ensure_data_dir, open_database
 from app.tenancy.keys import (
     CACHE_GROUP_CHARS,

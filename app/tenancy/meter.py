@@ -10,8 +10,8 @@ import time
 from collections.abc import Awaitable
 from typing import Protocol
 
-from app.error_handlers import to_api_error
 from app.errors import ClientDisconnected
+from app.errors.handlers import to_api_error
 from app.observability import context
 from app.tenancy.keys import KeyRecord
 from app.tenancy.limits import RateLimited, RateLimiter, Reservation

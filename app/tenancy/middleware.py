@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.anthropic_errors import is_anthropic_path
-from app.error_handlers import error_content
 from app.errors import APIError, InvalidKey, KeyStoreUnavailable
+from app.errors.anthropic import is_anthropic_path
+from app.errors.handlers import error_content
 from app.tenancy.scope import SCOPE_KEY, SCOPE_LIMIT_HEADERS, SCOPE_TENANCY
 
 if TYPE_CHECKING:

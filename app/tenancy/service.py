@@ -16,9 +16,9 @@ from typing import Any
 from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.errors import ModelNotFound, ModelNotHere, TooManyRequests
 from app.observability import context
-from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.fleet.limits import SYNC_INTERVAL_S, FleetLimiter

@@ -3,7 +3,7 @@ cannot drift from it.
 
 A page asks for one with an HTML comment on a line of its own:
 
-- `<!-- flags: SECTION -->`: the flag table of one section of `app.settings` (the one
+- `<!-- flags: SECTION -->`: the flag table of one section of `app.config.settings` (the one
   flag table: flags, environment variables, defaults and meanings);
 - `<!-- openapi -->`: the operations and schemas of the OpenAPI document
   (`app.openapi.document()`, the one `GET /openapi.json` serves);
@@ -47,8 +47,8 @@ def _expand(kind: str, argument: str | None) -> str:
 
 
 def flag_table(section: str) -> str:
-    from app.settings import SECTIONS
-    from app.settings_sources import markdown_table
+    from app.config.settings import SECTIONS
+    from app.config.sources import markdown_table
 
     if section not in SECTIONS:
         raise ValueError(f"unknown flag section {section!r}: one of {sorted(SECTIONS)}")

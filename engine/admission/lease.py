@@ -8,15 +8,12 @@ maps both errors in `app.errors`; nothing else about the engine passes through h
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
-from contextlib import aclosing
-from typing import TYPE_CHECKING
+from contextlib import AbstractAsyncContextManager, aclosing
+from typing import Protocol
 
 from engine.admission.queue import Ticket, estimate_tokens
 from engine.errors import Drained
 from engine.protocol import GenerateOutput, GenerateRequest, Generator, ModelInfo
-
-if TYPE_CHECKING:
-    from engine.admission.runtime import AdmissionController
 
 
 def ticket_for(ticket_id: int, request: GenerateRequest, model: ModelInfo) -> Ticket:
@@ -71,8 +68,16 @@ class Lease:
             raise self._drained()
 
 
+class Leasing(Protocol):
+    """What `admitted` needs of admission (engine.admission.runtime's controller)."""
+
+    def lease(
+        self, request: GenerateRequest, model: ModelInfo | None = None
+    ) -> AbstractAsyncContextManager[Lease]: ...
+
+
 async def admitted(
-    admission: AdmissionController, generator: Generator, request: GenerateRequest
+    admission: Leasing, generator: Generator, request: GenerateRequest
 ) -> AsyncGenerator[GenerateOutput, None]:
     """`generator`'s stream for `request`, inside an admission lease held exactly as
     long as the stream runs, against the budget of the generator's model (an engine's

@@ -3,14 +3,13 @@ load (running, queued, KV budget), which the metrics export labelled by model.""
 
 from __future__ import annotations
 
+from collections import Counter, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from engine.admission.policy import Owner
+from engine.admission.policy import Owner, StateMachine
+from engine.admission.probes import GpuSample
 from engine.admission.queue import AdmissionQueue
-
-if TYPE_CHECKING:
-    from engine.admission.runtime import AdmissionController
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +37,30 @@ def model_loads(queue: AdmissionQueue, cap: int) -> list[ModelReport]:
     ]
 
 
-def snapshot(controller: AdmissionController, now: float) -> dict[str, Any]:
+class Reported(Protocol):
+    """What the snapshot reads of the admission controller (engine.admission.runtime)."""
+
+    @property
+    def machine(self) -> StateMachine: ...
+    @property
+    def queue(self) -> AdmissionQueue: ...
+    @property
+    def last_sample(self) -> GpuSample: ...
+    @property
+    def engine_paused(self) -> bool: ...
+    @property
+    def memory_released(self) -> bool: ...
+    @property
+    def counters(self) -> Counter[str]: ...
+    @property
+    def events(self) -> deque[tuple[float, str]]: ...
+
+    def concurrency_cap(self) -> int: ...
+
+    def model_loads(self) -> list[ModelReport]: ...
+
+
+def snapshot(controller: Reported, now: float) -> dict[str, Any]:
     machine, queue, sample = controller.machine, controller.queue, controller.last_sample
     return {
         "state": str(machine.state),
@@ -58,7 +80,7 @@ def snapshot(controller: AdmissionController, now: float) -> dict[str, Any]:
         },
         "running": len(queue.running),
         "queued": len(queue.waiting),
-        "concurrency_cap": controller._cap(),
+        "concurrency_cap": controller.concurrency_cap(),
         # The first model's, as with one model; each model's own are under `models`.
         "kv_budget_tokens": queue.budget_of(next(iter(queue.models), "")),
         "kv_tokens_in_use": queue.tokens_in_use,

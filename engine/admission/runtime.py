@@ -282,6 +282,10 @@ class AdmissionController:
         is lightly active the throttled cap is the GPU's, whatever model runs."""
         return self._cap() if self.machine.state is State.THROTTLED else 0
 
+    def concurrency_cap(self) -> int:
+        """How many requests may run at once now (the state's cap)."""
+        return self._cap()
+
     def _caps(self) -> tuple[int, int]:
         return self._cap(), self._total_cap()
 

@@ -25,9 +25,9 @@ from typing import Any
 import msgspec
 from litestar import Litestar
 
+from app.config.settings import Settings
 from app.main import create_app
 from app.observability import logs
-from app.settings import Settings
 from engine.scripted import ScriptedEngine
 
 MODEL = "scripted"
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="granian worker processes")
     args = parser.parse_args(argv)
     extra = dict(_granian_option(opt) for opt in args.granian_opt)
-    Granian(  # the same options as app.cli.serve, plus any tried here
+    Granian(  # the same options as app.launch.cli.serve, plus any tried here
         f"perf.harness.scripted_app:{args.factory}",
         factory=True,
         address=args.host,

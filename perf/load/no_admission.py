@@ -30,7 +30,7 @@ async def _straight_to_the_engine(
 def app_from_environment() -> Litestar:
     """granian's worker factory: the real one, with the lease skipped."""
     import app.services.generation.service as generation
-    from app.main import app_from_environment as real
+    from app.launch.factory import app_from_environment as real
 
     generation.admitted = _straight_to_the_engine  # type: ignore[assignment]  # perf-only swap
     return real()
@@ -39,12 +39,12 @@ def app_from_environment() -> Litestar:
 def main(argv: list[str] | None = None) -> int:
     import granian
 
-    from app import cli
+    from app.launch import cli
 
     real = granian.Granian
 
     def swapped(target: str, **options: Any) -> Any:
         return real(TARGET, **options)
 
-    granian.Granian = swapped  # type: ignore[misc]  # app.cli.serve builds its server here
+    granian.Granian = swapped  # type: ignore[misc]  # app.launch.cli.serve builds its server here
     return cli.main(argv)

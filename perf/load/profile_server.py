@@ -51,7 +51,7 @@ ROOTS = (
     "api_server/entry.py",
     "granian/server/",
     "multiprocessing/",
-    "app/cli.py",
+    "app/launch/cli.py",
     "uvloop/__init__.py",
     "asyncio/runners.py",
     "threading.py",

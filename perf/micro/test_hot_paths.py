@@ -10,7 +10,7 @@ from typing import Any
 from app.schemas.chat import ChatCompletionChunk, ChunkChoice, Delta, chat_request_decoder
 from app.services.chat.service import messages_for_template
 from app.services.generation.sampling import sampling_options
-from app.sse import frame
+from app.transport.sse import frame
 from engine.templates import render_chat
 from perf.micro import payloads
 

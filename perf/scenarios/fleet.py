@@ -146,7 +146,7 @@ def _start_replica(config: FleetConfig, index: int) -> Server:
     env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     flags = _replica_settings(timeline, port)
     if config.scripted:
-        from app.settings_sources import parse_args
+        from app.config.sources import parse_args
 
         env["LILAC_SETTINGS_JSON"] = json.dumps(_settings_json(parse_args(flags)))
         command = scripted_argv(port, "build")

@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from app.json_limits import MAX_BODY_DEPTH
+from app.transport.json_limits import MAX_BODY_DEPTH
 from engine.schema_bounds import MAX_SCHEMA_CHARS, MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES
 from perf.harness.corpus import stall_bodies
 from perf.harness.results import output

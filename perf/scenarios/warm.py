@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="also write the figures here as JSON")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from app.settings import has_nvidia_gpu
+    from app.config.settings import has_nvidia_gpu
 
     on_gpu = has_nvidia_gpu()
     if not on_gpu:

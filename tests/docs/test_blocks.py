@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.model_specs import model_specs
-from app.settings_sources import settings_from
+from app.config.model_specs import model_specs
+from app.config.sources import settings_from
 from tests.docs.blocks import ROOT, Block, all_blocks, parse, problems
 
 BLOCKS = all_blocks()

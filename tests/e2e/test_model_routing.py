@@ -30,7 +30,7 @@ import httpx
 import openai
 import pytest
 
-from app.settings_sources import parse_args
+from app.config.sources import parse_args
 from app.tenancy.db import open_database
 from app.tenancy.keys import KeyLimits, KeyStore
 from perf.harness.servers import free_port, scripted_argv

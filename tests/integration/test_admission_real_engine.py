@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.admission.probes import GpuSample, ScriptedProbe, Segment
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.protocol import GenerateOutput, GenerateRequest

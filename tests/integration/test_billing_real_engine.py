@@ -31,8 +31,8 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.db import open_database
 from app.tenancy.keys import KeyLimits
 from app.tenancy.service import Tenancy

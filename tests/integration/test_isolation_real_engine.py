@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.auth import DatabaseKeys
 from app.tenancy.db import open_database
 from app.tenancy.isolation import cache_salt

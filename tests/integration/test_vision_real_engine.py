@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.vllm_backend.engine import VLLMEngine
 from tests.client import app_client, stream_events
 from tests.images import ImageServer, Route, data_uri, gif_two_frames, image_server, png

@@ -21,7 +21,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.admission.lease import admitted
 from engine.admission.policy import State
 from engine.admission.probes import GpuSample

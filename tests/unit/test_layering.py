@@ -1,12 +1,15 @@
 """The arrows of the layout: `app` never imports vLLM, only `engine.vllm_backend` does,
 `engine` never imports `app`, and the admission controller and the warm-model pool
-import neither vLLM nor the web stack (they run on GPU machines that have neither)."""
+import neither vLLM nor the web stack (they run on GPU machines that have neither); no
+module of `app` or `engine` imports itself around a circle, type-only imports included
+(the layers themselves are import-linter's contracts in pyproject.toml, in `make lint`)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,3 +72,57 @@ def test_detects_a_banned_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from vllm.config import VllmConfig\n")
     assert imported_modules(bad) == ["vllm.config"]
+
+
+def import_cycles(*packages: str) -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a circle (type-only
+    imports included): Tarjan's strongly connected components of the import graph."""
+    graph = grimp.build_graph(*packages, exclude_type_checking_imports=False)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_module_imports_itself_around_a_circle() -> None:
+    assert import_cycles("app", "engine") == []
+
+
+def test_the_cycle_check_finds_a_circle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: two modules that import each other (one only for its types) are found."""
+    package = tmp_path / "circle_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from circle_pkg import b\n")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from circle_pkg import a\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles("circle_pkg") == [["circle_pkg.a", "circle_pkg.b"]]

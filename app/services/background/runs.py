@@ -38,8 +38,8 @@ from app.deferred.work import (
     interrupted,
     run_again,
 )
-from app.error_handlers import to_api_error
 from app.errors import APIError, InvalidKey, ResponseNotFound, StoredTooLarge
+from app.errors.handlers import to_api_error
 from app.schemas.responses_output import (
     ErrorEvent,
     Response,

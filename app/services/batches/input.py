@@ -9,7 +9,7 @@ a line can tell (a body the endpoint refuses) is reported then, in the batch's e
 Only the top level of a line is decoded (its values stay raw bytes), then `body` as an
 object whose one read field is `model`: the rest is skipped by msgspec without being
 built. A line nesting deeper than `MAX_BODY_DEPTH` is refused before decoding (see
-app.json_limits), as a request body would be.
+app.transport.json_limits), as a request body would be.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import msgspec
 
 from app.errors import InvalidFileLine
-from app.json_limits import MAX_BODY_DEPTH, too_deep
 from app.storage.lines import LineSplitter
+from app.transport.json_limits import MAX_BODY_DEPTH, too_deep
 
 # The endpoints a batch line may call: the one list the upload check and the batches
 # read (an endpoint served later is added here).

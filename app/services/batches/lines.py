@@ -20,9 +20,8 @@ import msgspec
 
 from app.deferred.store import Job, Line
 from app.deferred.work import Answer, Cut, RunBill, run_again
-from app.error_handlers import encode_error, to_api_error
 from app.errors import InvalidRequest
-from app.request_body import INLINE_BYTES, decode_checked
+from app.errors.handlers import encode_error, to_api_error
 from app.schemas.batches import (
     InputLine,
     LineError,
@@ -47,6 +46,7 @@ from app.services.responses.sealing import ReasoningSeal
 from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.keys import KeyRecord
 from app.tenancy.usage.records import UsageRecord
+from app.transport.request_body import INLINE_BYTES, decode_checked
 from engine.admission.runtime import DEFERRED_PREFIX
 from engine.offload import off_loop
 

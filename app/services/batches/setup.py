@@ -10,12 +10,12 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from app.config.settings import Settings
 from app.deferred.runner import DeferredRunner
 from app.deferred.store import DeferredStore
 from app.services.batches.jobs import BatchJobs, Files
 from app.services.batches.lines import LineRunner
 from app.services.batches.service import BatchService
-from app.settings import Settings
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.tenancy.db import sqlite_path

@@ -6,8 +6,8 @@ import hashlib
 
 from litestar import Request
 
+from app.config.settings import Settings
 from app.errors import InvalidRequest
-from app.settings import Settings
 from app.tenancy.auth import bearer_token
 from app.tenancy.middleware import credentials
 from engine.admission.lending import parse_windows

@@ -26,7 +26,7 @@ from app.schemas.sampling import SamplingFields
 from app.services.generation.admission import check_request_work
 from app.services.generation.sampling import resolve_model
 from app.services.generation.streaming import RequestEnd, open_sse
-from app.sse import frame
+from app.transport.sse import frame
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
 from engine.checks import default_output_tokens, estimate_prompt_tokens

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from app.error_handlers import to_api_error
 from app.errors import APIError, ClientDisconnected
+from app.errors.handlers import to_api_error
 from app.observability import context
-from app.sse import DONE, error_frame
+from app.transport.sse import DONE, error_frame
 from app.usage_source import UsageSource
 
 T = TypeVar("T")

@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from app.errors import InvalidRequest
-from app.json_limits import too_deep
 from app.schemas.chat import ChatCompletionRequest
 from app.schemas.tools import (
     FunctionCallDelta,
@@ -24,6 +23,7 @@ from app.schemas.tools import (
     ToolCallDelta,
 )
 from app.services.generation.extensions import extension_fields
+from app.transport.json_limits import too_deep
 from engine import protocol
 from engine.schema_bounds import MAX_SCHEMA_NODES, check_schema, check_schema_size
 from engine.tool_use import calls_tools

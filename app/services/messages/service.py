@@ -18,8 +18,8 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from app.anthropic_errors import anthropic_body
 from app.errors import APIError
+from app.errors.anthropic import anthropic_body
 from app.schemas.chat import ChatCompletionRequest
 from app.schemas.messages import MessageResponse
 from app.services.chat.service import ChatService

@@ -11,13 +11,13 @@ is billed once whatever number of times the line was cut and run again."""
 
 from __future__ import annotations
 
-from app.request_body import decode_checked
 from app.schemas.responses import InputItem, ResponsesRequest, responses_request_decoder
 from app.services.generation.deferred import as_key
 from app.services.responses.request import ResponsesChatRequest, chat_request, stored_items
 from app.services.responses.sealing import ReasoningSeal
 from app.storage.responses import ResponseStore
 from app.tenancy.keys import KeyRecord
+from app.transport.request_body import decode_checked
 
 ENDPOINT = "/v1/responses"
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
-from app.error_handlers import invalid_request_from_decode_error
 from app.errors import InvalidRequest
+from app.errors.handlers import invalid_request_from_decode_error
 from app.schemas.chat import (
     AssistantMessage,
     DeveloperMessage,

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.admission.policy import State
 from engine.admission.probes import GpuSample
 from engine.admission.runtime import AdmissionController

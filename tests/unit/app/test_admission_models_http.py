@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.admission.probes import GpuSample
 from engine.admission.runtime import AdmissionController
 from engine.scripted import ScriptedEngine

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from app.config.settings import Settings
+from app.config.sources import build_parser, settings_from
 from app.services.generation.admission import policy_from
-from app.settings import Settings
-from app.settings_sources import build_parser, settings_from
 
 
 def parse(argv: list[str], environ: dict[str, str]) -> Settings:

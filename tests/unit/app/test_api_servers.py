@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from app import api_servers
-from app.api_server_checks import refusal
-from app.api_server_launch import workers_kill_timeout_s
-from app.api_servers import Slot, claim_slot, per_process, share, spool_name
-from app.cli import main
+from app.config.sources import parse_args
+from app.launch import api_servers
+from app.launch.api_server_checks import refusal
+from app.launch.api_server_launch import workers_kill_timeout_s
+from app.launch.api_servers import Slot, claim_slot, per_process, share, spool_name
+from app.launch.cli import main
 from app.services.generation.admission import policy_from
-from app.settings_sources import parse_args
 from engine.admission.runtime import stop_wait_limit_s
 from engine.vllm_backend.config import Frontend
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 HOLD = """
 import sys, time
 from pathlib import Path
-from app.api_servers import claim_slot
+from app.launch.api_servers import claim_slot
 slot = claim_slot(Path(sys.argv[1]), int(sys.argv[2]), timeout_s=5)
 print(slot.index, flush=True)
 time.sleep(60)

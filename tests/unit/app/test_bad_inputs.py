@@ -213,7 +213,7 @@ async def test_deep_json_is_a_400_even_in_an_ignored_field(
 
 
 async def test_json_just_within_the_depth_bound_is_accepted(client: httpx.AsyncClient) -> None:
-    from app.json_limits import MAX_BODY_DEPTH
+    from app.transport.json_limits import MAX_BODY_DEPTH
 
     value: object = 1
     for _ in range(MAX_BODY_DEPTH - 1):  # the body's own object is one level

@@ -13,11 +13,11 @@ import msgspec
 import pytest
 
 from app.errors import InvalidRequest
-from app.json_limits import MAX_BODY_DEPTH, json_depth, too_deep
-from app.request_body import decode_checked
 from app.schemas.chat import chat_request_decoder
 from app.schemas.completions import completion_request_decoder
 from app.services.generation.tools import MAX_ARGUMENTS_DEPTH, template_tool_calls
+from app.transport.json_limits import MAX_BODY_DEPTH, json_depth, too_deep
+from app.transport.request_body import decode_checked
 from perf.harness import corpus
 from tests.corpus.growth import assert_linear, swallow
 

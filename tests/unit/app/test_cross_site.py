@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.main import forget_secrets
+from app.config.settings import Settings
+from app.launch.factory import forget_secrets
 from app.routes.admin import FailureBackoff
-from app.settings import Settings
 from engine.scripted import ScriptedEngine
 from tests.client import app_client
 

@@ -10,10 +10,10 @@ import pickle
 
 import pytest
 
-from app.cli import main
-from app.engine_process import refusal, runs_apart
-from app.settings import Settings
-from app.settings_sources import parse_args
+from app.config.settings import Settings
+from app.config.sources import parse_args
+from app.launch.cli import main
+from app.launch.engine_process import refusal, runs_apart
 from engine.protocol import ModelInfo
 from engine.remote.client import RemoteEngine
 from tests.client import app_client
@@ -40,7 +40,7 @@ def test_false_is_off_and_true_is_on() -> None:
 
 
 def test_the_flag_reads_auto_and_booleans_alike_from_flags_and_environment() -> None:
-    from app.settings_sources import build_parser, settings_from
+    from app.config.sources import build_parser, settings_from
 
     def read(argv: list[str], environ: dict[str, str]) -> str:
         import argparse
@@ -90,7 +90,7 @@ def child_config(engine: object) -> object:
 
 
 def test_the_served_engine_is_remote_by_default_with_vllms_series_as_configured() -> None:
-    from app.served_models import build_engine, build_pool
+    from app.launch.served_models import build_engine, build_pool
 
     on = build_engine(parse_args(["--cpu-kvcache-space-gib", "1"]))
     assert child_config(on).prometheus_stats is True  # type: ignore[attr-defined]
@@ -100,7 +100,7 @@ def test_the_served_engine_is_remote_by_default_with_vllms_series_as_configured(
 
 
 def test_false_and_several_models_keep_the_engine_in_process() -> None:
-    from app.served_models import build_engine, build_pool
+    from app.launch.served_models import build_engine, build_pool
     from engine.vllm_backend.engine import VLLMEngine
 
     kv = ["--cpu-kvcache-space-gib", "1"]

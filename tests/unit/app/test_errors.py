@@ -3,8 +3,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.error_handlers import error_response, to_api_error
 from app.errors import APIError, InvalidRequest, ModelNotFound, ServiceUnavailable
+from app.errors.handlers import error_response, to_api_error
 from app.schemas.chat import chat_request_decoder
 from engine.errors import (
     AwakeElsewhere,

@@ -1,16 +1,16 @@
-"""The flag table (app.settings): one declaration per setting, everything else generated."""
+"""The flag table (app.config.settings): one declaration per setting, everything else generated."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 
+from app.config.admission import AdmissionFlags
+from app.config.server import ServerFlags
+from app.config.settings import Settings
+from app.config.sources import OPTIONS, build_parser, settings_from
+from app.config.tenants import TenantFlags
 from app.services.generation.admission import policy_from
-from app.settings import Settings
-from app.settings_admission import AdmissionFlags
-from app.settings_server import ServerFlags
-from app.settings_sources import OPTIONS, build_parser, settings_from
-from app.settings_tenants import TenantFlags
 from engine.admission.policy import Policy
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from app.config.sources import parse_args, settings_from
 from app.services.images.service import ImageLimits
-from app.settings_sources import parse_args, settings_from
 
 
 def test_defaults() -> None:

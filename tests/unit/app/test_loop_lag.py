@@ -9,7 +9,7 @@ import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from app.loop_lag import LoopLagMonitor
+from app.observability.loop_lag import LoopLagMonitor
 
 COUNT = "lilac_event_loop_lag_seconds_count"
 
@@ -72,8 +72,8 @@ def _lag_count(metrics: str) -> float:
 
 
 async def test_the_app_samples_finely_while_a_request_streams() -> None:
+    from app.config.settings import Settings
     from app.main import create_app
-    from app.settings import Settings
     from engine.scripted import ScriptedEngine
     from tests.client import AppClient, scratch_data_dir
 

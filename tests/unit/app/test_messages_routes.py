@@ -13,7 +13,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.errors import EngineError
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ToolCallDelta
 from engine.scripted import ScriptedEngine

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.model_specs import ModelSpec, engine_settings, model_specs
-from app.settings import Settings
-from app.settings_sources import parse_args
+from app.config.model_specs import ModelSpec, engine_settings, model_specs
+from app.config.settings import Settings
+from app.config.sources import parse_args
 
 
 def config(tmp_path: Path, text: str) -> str:
@@ -113,6 +113,6 @@ def test_a_per_model_flag_with_repeated_models_is_refused(flag: str) -> None:
 
 
 def test_the_model_variable_is_one_model_even_with_a_comma() -> None:
-    from app.settings_sources import settings_from
+    from app.config.sources import settings_from
 
     assert settings_from(None, {"LILAC_MODEL": "/weights/a,b"}).model == ("/weights/a,b",)

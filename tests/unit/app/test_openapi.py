@@ -19,9 +19,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from app.config.settings import Settings
 from app.main import create_app
 from app.openapi import ROUTES, document
-from app.settings import Settings
 from engine.scripted import ScriptedEngine
 from tests.client import scratch_data_dir
 

@@ -1,4 +1,4 @@
-"""The documentation's flag tables are generated from the flag table (app.settings) when
+"""The documentation's flag tables are generated from the flag table (app.config.settings) when
 the site is built (docs/hooks/generated.py): every flag, in order, with its environment
 variable, default and meaning, in exactly one table of docs/configuration.md. No page
 and not the README holds a hand-written copy that could drift."""
@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from app.settings import SECTIONS
-from app.settings_sources import OPTIONS, markdown_table
+from app.config.settings import SECTIONS
+from app.config.sources import OPTIONS, markdown_table
 
 ROOT = Path(__file__).resolve().parents[3]
 HEADER = "| flag | environment | default | meaning |"

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from litestar import Litestar
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.db import create_engine, open_database
 from app.tenancy.keys import KeyLimits, KeyStore
 from app.tenancy.service import Tenancy

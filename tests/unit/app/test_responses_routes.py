@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.errors import ContextLengthExceeded, EngineError
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ToolCallDelta
 from engine.scripted import ScriptedEngine

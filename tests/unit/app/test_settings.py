@@ -2,8 +2,8 @@ import argparse
 
 import pytest
 
-from app.settings import Settings
-from app.settings_sources import build_parser, settings_from
+from app.config.settings import Settings
+from app.config.sources import build_parser, settings_from
 
 
 def parse(argv: list[str], environ: dict[str, str]) -> Settings:
@@ -48,7 +48,7 @@ def test_family_from_flag_or_environment() -> None:
 
 
 def test_unknown_family_stops_before_loading() -> None:
-    from app.served_models import build_engine
+    from app.launch.served_models import build_engine
 
     with pytest.raises(SystemExit, match="known families"):
         build_engine(Settings(model=("/nonexistent",), family="llama9"))

@@ -1,7 +1,7 @@
 import msgspec
 
 from app.schemas.errors import ErrorBody
-from app.sse import DONE, error_frame, frame
+from app.transport.sse import DONE, error_frame, frame
 
 
 class Payload(msgspec.Struct):

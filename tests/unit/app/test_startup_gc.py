@@ -1,22 +1,22 @@
 """After the engine is ready, what start-up built is frozen out of the collector's reach
 (a full collection then costs what requests allocated, not the whole heap), and young
 collections come only once more objects were made than the requests the process may
-hold keep alive (app.collector), rather than every 700 allocations."""
+hold keep alive (app.launch.collector), rather than every 700 allocations."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 
-from app.collector import (
+from app.config.settings import Settings
+from app.launch.collector import (
     PYTHON_GC_THRESHOLD,
     TRACKED_PER_REQUEST,
     YOUNG_COLLECTION_MIN,
     young_collection_every,
 )
+from app.launch.served_models import build_pool
 from app.main import _start_engine, create_app
-from app.served_models import build_pool
-from app.settings import Settings
 from engine.scripted import ScriptedEngine
 from engine.warm.host import PoolHost
 from tests.client import scratch_data_dir

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.scripted import ScriptedEngine
 from tests.client import app_client, stream_events
 from tests.images import Route, data_uri, image_server, png

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.scripted import ScriptedEngine
 from engine.warm.model import ModelState, WarmConfig
 from engine.warm.pool import ModelPool

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
+from app.config.settings import Settings
+from app.config.sources import build_parser, settings_from
 from app.main import create_app
-from app.settings import Settings
-from app.settings_sources import build_parser, settings_from
 from app.tenancy.middleware import OPEN_PATHS
 from app.tenancy.service import auth_mode, database_url
 from engine.scripted import ScriptedEngine

@@ -7,7 +7,7 @@ import configparser
 import shlex
 from pathlib import Path
 
-from app.settings_sources import build_parser, settings_from
+from app.config.sources import build_parser, settings_from
 from app.tenancy.service import auth_mode, database_url
 
 UNIT = Path(__file__).resolve().parents[3] / "deploy" / "lilac-serve.service"

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from app.served_models import cpu_kv_cache_gib as served_kv_cache_gib
-from app.settings import Settings
+from app.config.settings import Settings
+from app.launch.served_models import cpu_kv_cache_gib as served_kv_cache_gib
 from engine import machine
 from engine.machine import GIB, Machine, cpu_kv_cache_gib, cpu_threads_bind, weights_bytes
 
@@ -82,7 +82,7 @@ def test_larger_boxes_pools_and_split_models_keep_vllms_auto() -> None:
 
 
 def test_the_users_binding_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.served_models import bind_cpu_threads
+    from app.launch.served_models import bind_cpu_threads
 
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     monkeypatch.setattr(

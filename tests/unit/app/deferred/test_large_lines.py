@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.request_body import INLINE_BYTES
 from app.services.batches import lines as batch_lines
 from app.services.batches import validation as batch_validation
+from app.transport.request_body import INLINE_BYTES
 from tests.unit.app.deferred.test_batches_http import chat_line, create, finished, upload
 from tests.unit.app.tenancy.helpers import keyed_app, new_key
 

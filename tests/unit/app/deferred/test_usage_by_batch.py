@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert
 
-from app.cli import main
+from app.launch.cli import main
 from app.tenancy.db import open_database
 from app.tenancy.schema import usage
 

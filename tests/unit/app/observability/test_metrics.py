@@ -8,8 +8,8 @@ import asyncio
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.config.settings import Settings
 from app.observability.metrics import OTHER, KeyUsage
-from app.settings import Settings
 from engine.admission.probes import GpuSample
 from engine.scripted import ScriptedEngine
 from tests.client import app_client, provided

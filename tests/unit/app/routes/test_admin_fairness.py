@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.config.settings import Settings
 from app.services.generation.fairness import STALE_AFTER_S, tenant_identity
-from app.settings import Settings
 from app.tenancy.db import open_database
 from engine.fairness import SHARES_DIR_ENV, StepTimes, TenantShare, shares_file, write_shares
 from engine.scripted import ScriptedEngine

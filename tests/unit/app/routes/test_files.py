@@ -15,8 +15,8 @@ import openai
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from tests.client import AppClient

@@ -15,8 +15,8 @@ import openai
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.storage.responses import ResponseStore, StoredResponse
 from tests.client import AppClient, provided
 from tests.unit.app.tenancy.helpers import ADMIN_KEY, bearer, keyed_app, new_key

@@ -12,8 +12,8 @@ import openai
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from engine.scripted import ScriptedEngine
 from tests.client import AppClient, provided
 from tests.unit.app.routes.test_stored_responses import sdk, two_keys

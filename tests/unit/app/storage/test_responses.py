@@ -279,7 +279,7 @@ async def test_the_purge_creates_no_database(tmp_path: Path) -> None:
 
 
 def test_limits_come_from_the_flags() -> None:
-    from app.settings import Settings
+    from app.config.settings import Settings
 
     limits = ResponseLimits.from_settings(Settings(response_retention_days=1.5))
     assert limits.retention_s == 1.5 * DAY_S and limits.max_chain == 100
@@ -290,8 +290,8 @@ def test_limits_come_from_the_flags() -> None:
 async def test_the_server_purges_expired_responses_from_its_start(tmp_path: Path) -> None:
     """A server started on a database holding expired responses deletes them (its
     lifespan's purge), and keeps the fresh ones."""
+    from app.config.settings import Settings
     from app.main import create_app
-    from app.settings import Settings
     from engine.scripted import ScriptedEngine
     from tests.client import provided
 

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.auth import OUTAGE_S, DatabaseKeys
 from app.tenancy.keys import KeyLimits, KeyRecord
 from app.tenancy.schema import usage, usage_dead_letter, usage_refusals

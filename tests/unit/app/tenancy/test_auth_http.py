@@ -10,8 +10,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.keys import new_secret
 from app.tenancy.service import AuthConfigError, auth_mode
 from engine.scripted import ScriptedEngine

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.launch.cli import main
 
 
 def keys(data_dir: Path, *args: str) -> int:

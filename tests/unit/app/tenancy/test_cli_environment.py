@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.launch.cli import main
 
 LILAC = str(Path(sys.executable).with_name("lilac-serve"))
 

@@ -12,7 +12,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.cli import main
+from app.launch.cli import main
 from app.tenancy.db import DatabaseError, alembic_config, migrate, open_database
 from app.tenancy.keys import KeyStore
 

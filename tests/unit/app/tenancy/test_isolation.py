@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.settings import Settings
+from app.config.settings import Settings
 from app.tenancy.auth import DatabaseKeys
 from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import KeyRecord

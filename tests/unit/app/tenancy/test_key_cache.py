@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.settings import Settings
+from app.config.settings import Settings
 from app.tenancy import auth as auth_module
 from app.tenancy.auth import OUTAGE_S, DatabaseKeys, InvalidKey, KeyStoreUnavailable
 from app.tenancy.db import open_database

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from tests.asgi_call import Leave, asgi_call

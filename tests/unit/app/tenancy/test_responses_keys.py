@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.service import Tenancy
 from engine.protocol import ChoiceDelta, GenerateOutput, GenerateRequest, ToolCallDelta
 from engine.scripted import ScriptedEngine

@@ -47,8 +47,8 @@ def test_otlp_endpoint_and_stats_reach_vllm(tmp_path) -> None:
 
 
 def test_settings_flags_map_into_the_engine_config(monkeypatch) -> None:
-    from app.served_models import build_engine
-    from app.settings_sources import parse_args
+    from app.config.sources import parse_args
+    from app.launch.served_models import build_engine
 
     settings = parse_args(
         [
@@ -71,8 +71,8 @@ def test_settings_flags_map_into_the_engine_config(monkeypatch) -> None:
 def test_an_unknown_executor_backend_stops_before_loading() -> None:
     import pytest
 
-    from app.served_models import build_engine
-    from app.settings_sources import parse_args
+    from app.config.sources import parse_args
+    from app.launch.served_models import build_engine
 
     with pytest.raises(SystemExit, match="mp` or `ray"):
         build_engine(parse_args(["--distributed-executor-backend", "threads"]))
@@ -126,8 +126,8 @@ def test_the_grammar_compile_limit_is_five_seconds_with_the_warm_up_on(tmp_path)
 
 
 def test_grammar_warmup_false_starts_the_engine_without_the_warm_up() -> None:
-    from app.served_models import build_engine
-    from app.settings_sources import parse_args
+    from app.config.sources import parse_args
+    from app.launch.served_models import build_engine
 
     here = ["--engine-frontend-process", "false"]  # a VLLMEngine, its config at hand
     on = build_engine(parse_args(here))._config  # type: ignore[attr-defined]  # VLLMEngine's
@@ -136,8 +136,8 @@ def test_grammar_warmup_false_starts_the_engine_without_the_warm_up() -> None:
 
 
 def test_engine_metrics_false_builds_the_engine_without_vllms_stat_logger() -> None:
-    from app.served_models import build_engine, build_pool
-    from app.settings_sources import parse_args
+    from app.config.sources import parse_args
+    from app.launch.served_models import build_engine, build_pool
 
     # In the HTTP process (tests/unit/app/test_engine_process.py: in a process of its own).
     here = ["--engine-frontend-process", "false"]

@@ -19,7 +19,7 @@ from multipart import PushMultipartParser
 from app.errors import InvalidRequest
 from app.services.batches.input import BatchRules, validate_batch_file
 from app.storage.lines import LineCounter, LineSplitter
-from app.uploads import FileLimits, FormReader, Upload
+from app.transport.uploads import FileLimits, FormReader, Upload
 from tests.corpus.growth import assert_linear, swallow
 
 RULES = BatchRules(allows_model=lambda name: name == "m")

@@ -8,7 +8,7 @@ from msgspec import UNSET
 
 from app.schemas.chat import ChatCompletionChunk, ChunkChoice, Delta
 from app.services.chat.frames import _MARK, ContentFrames
-from app.sse import frame
+from app.transport.sse import frame
 
 CONTENTS = [
     "Hello",

@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.error_handlers import invalid_request_from_decode_error
 from app.errors import InvalidRequest
+from app.errors.handlers import invalid_request_from_decode_error
 from app.observability.context import accept_request_id
 from app.schemas.chat import ChatCompletionRequest, chat_request_decoder
 from app.schemas.completions import CompletionRequest, completion_request_decoder

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.config.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from app.tenancy.db import open_database
 from engine.scripted import ScriptedEngine
 from tests.client import AppClient

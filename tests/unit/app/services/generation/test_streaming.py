@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator
 import pytest
 
 from app.services.generation.streaming import open_sse
-from app.sse import DONE
+from app.transport.sse import DONE
 from engine.errors import EngineFailure
 
 

@@ -274,7 +274,7 @@ async def test_a_key_without_limits_costs_no_round(database_url: str, clock: Fak
 
 
 def test_a_sync_interval_of_zero_refuses_to_start() -> None:
-    from app.settings import Settings
+    from app.config.settings import Settings
     from app.tenancy.service import AuthConfigError, Tenancy
 
     with pytest.raises(AuthConfigError, match="--limit-sync-interval-s"):

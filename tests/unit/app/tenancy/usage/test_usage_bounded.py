@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.cli import main
+from app.launch.cli import main
 from app.observability.context import MAX_CLIENT_ID_CHARS
 from app.tenancy.schema import REQUEST_ID_CHARS
 from app.tenancy.usage.records import DEAD_LETTER_FILE, UsageRecord

@@ -12,7 +12,7 @@ import tomllib
 
 import msgspec
 
-from app.settings import Settings
+from app.config.settings import Settings
 
 SEVERAL_MODELS_KEEP_ALIVE_S = 300.0
 

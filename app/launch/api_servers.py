@@ -29,7 +29,7 @@ import msgspec
 from litestar import Litestar
 from prometheus_client import CollectorRegistry, Gauge
 
-from app.settings import Settings
+from app.config.settings import Settings
 from engine.vllm_backend.config import Frontend
 
 ENV = "LILAC_API_SERVERS_JSON"
@@ -128,8 +128,8 @@ def spool_name(default: Path, index: int) -> Path:
 def frontend_app(settings: Settings, shared: SharedEngine) -> Litestar:
     """This worker's app: a slot claimed, its share of the budgets, its engine a client
     of the shared engine core, its own usage spool, and its index on `/metrics`."""
+    from app.launch.served_models import build_pool
     from app.main import create_app
-    from app.served_models import build_pool
     from app.tenancy.service import Tenancy, spool_path
 
     slot = claim_slot(Path(shared.run_dir), shared.frontend.count)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from app.settings_flag import Flag
-from app.settings_server import ServerFlags
+from app.config.flag import Flag
+from app.config.server import ServerFlags
 from engine.admission.policy import Policy
 
 _POLICY = Policy()  # the admission controller's defaults, declared with its policy

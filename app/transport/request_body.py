@@ -18,7 +18,7 @@ from litestar import Request
 from litestar.exceptions import InternalServerException
 
 from app.errors import ClientDisconnected, InvalidRequest, UnsupportedMediaType
-from app.json_limits import MAX_BODY_DEPTH, too_deep
+from app.transport.json_limits import MAX_BODY_DEPTH, too_deep
 from engine.offload import off_loop
 
 T = TypeVar("T")

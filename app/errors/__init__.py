@@ -1,6 +1,6 @@
 """Errors of the HTTP side: the `APIError` family code raises.
 
-Code raises; `app.error_handlers` maps each exception (these, `engine.errors`, msgspec's)
+Code raises; `app.errors.handlers` maps each exception (these, `engine.errors`, msgspec's)
 to the OpenAI envelope `{"error": {"message", "type", "param", "code"}}`. Nothing
 returns errors as values. The mapping's functions are importable from here too.
 """

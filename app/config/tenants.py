@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from app.settings_admission import AdmissionFlags
-from app.settings_flag import Flag, _names
+from app.config.admission import AdmissionFlags
+from app.config.flag import Flag, _names
 
 
 class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):

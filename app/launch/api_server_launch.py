@@ -1,5 +1,5 @@
 """`lilac-serve serve --api-server-count N` over 1: this process launches the engine core,
-then runs granian with N workers, each a client of that engine core (app.api_servers),
+then runs granian with N workers, each a client of that engine core (app.launch.api_servers),
 and stops the engine core when granian stops.
 
 This process serves no request: it supervises. When the engine core exits unasked,
@@ -24,8 +24,8 @@ from typing import Any
 
 import msgspec
 
-from app.api_servers import ENV, SharedEngine
-from app.settings import Settings
+from app.config.settings import Settings
+from app.launch.api_servers import ENV, SharedEngine
 
 log = logging.getLogger("lilac.app")
 ENGINE_START_FAILED_EXIT_CODE = 3  # as a single process's worker exits (app.main)
@@ -63,9 +63,9 @@ def _stop_on_sigterm() -> Iterator[None]:
 def serve_shared(settings: Settings, granian: Callable[[int], Any]) -> int:
     """Launch the engine core for `settings.api_server_count` frontends, then serve with
     `granian(workers)` (a `Granian` server, not yet started) until it stops."""
+    from app.config.model_specs import engine_settings, model_specs
+    from app.launch.served_models import engine_config
     from app.main import ENGINE_DEAD_EXIT_CODE, root_cause
-    from app.model_specs import engine_settings, model_specs
-    from app.served_models import engine_config
     from engine.vllm_backend.shared_core import SharedCore
 
     count = settings.api_server_count

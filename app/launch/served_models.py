@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from app.model_specs import engine_settings, model_specs
-from app.settings import Settings
+from app.config.model_specs import engine_settings, model_specs
+from app.config.settings import Settings
 from engine.protocol import Engine
 from engine.warm.model import WarmConfig
 from engine.warm.pool import ModelPool
@@ -32,8 +32,8 @@ def build_engine(
     `engines` is how many this server builds (they share the CPU's free memory);
     `frontend`: connect to a shared engine core as that client (`--api-server-count`);
     `apart`: run it in a process of its own (`--engine-frontend-process`); None: as the
-    settings say (app.engine_process.runs_apart)."""
-    from app.engine_process import runs_apart
+    settings say (app.launch.engine_process.runs_apart)."""
+    from app.launch.engine_process import runs_apart
     from engine.vllm_backend.engine import VLLMEngine
 
     config = engine_config(
@@ -46,7 +46,7 @@ def build_engine(
     if apart is None:
         apart = frontend is None and runs_apart(settings)
     if apart:
-        from app.engine_process import remote_engine
+        from app.launch.engine_process import remote_engine
 
         return remote_engine(config)
     return VLLMEngine(config)
@@ -163,7 +163,7 @@ def build_pool(
     if engine is not None:
         pool.add(engine)
         return pool
-    from app.engine_process import runs_apart
+    from app.launch.engine_process import runs_apart
 
     specs = model_specs(settings)
     # Decided for the server, not per model: each model's own settings name one model.

@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from app.settings import Settings
-from app.settings_sources import build_parser, settings_from
+from app.config.settings import Settings
+from app.config.sources import build_parser, settings_from
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,32 +55,32 @@ def serve(settings: Settings) -> int:
 
     logs.configure(settings.log_format, settings.log_level)
     settings.resolved_admin_key()  # a missing or empty key file: said now, not later
-    from app.api_server_checks import refusal
-    from app.engine_process import refusal as engine_process_refusal
+    from app.launch.api_server_checks import refusal
+    from app.launch.engine_process import refusal as engine_process_refusal
     from app.tenancy.cli import check_serve
 
     problem = check_serve(settings) or refusal(settings) or engine_process_refusal(settings)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    from app.model_specs import model_specs
+    from app.config.model_specs import model_specs
 
     if any(spec.model is None for spec in model_specs(settings)) and prepare_model() != 0:
         return 1
     # The worker reads its settings from here and removes them (and the admin key) from
-    # its environment before the engine's processes start (app.main.forget_secrets).
+    # its environment before the engine's processes start (app.launch.factory.forget_secrets).
     os.environ.pop("LILAC_ADMIN_KEY", None)
 
     def granian(workers: int) -> Any:  # a granian server (its class is not a type to mypy)
-        from app.api_server_launch import workers_kill_timeout_s
+        from app.launch.api_server_launch import workers_kill_timeout_s
 
         return Granian(
-            "app.main:app_from_environment",
+            "app.launch.factory:app_from_environment",
             factory=True,
             address=settings.host,
             port=settings.port,
             interface=Interfaces.ASGI,
-            # One worker loads its own engine; several share one (app.api_server_launch).
+            # One worker loads its own engine; several share one (app.launch.api_server_launch).
             workers=workers,
             workers_kill_timeout=workers_kill_timeout_s(settings) if workers > 1 else None,
             loop=Loops.uvloop,
@@ -88,7 +88,7 @@ def serve(settings: Settings) -> int:
         )
 
     if settings.api_server_count > 1:
-        from app.api_server_launch import serve_shared
+        from app.launch.api_server_launch import serve_shared
 
         return serve_shared(settings, granian)
     os.environ["LILAC_SETTINGS_JSON"] = msgspec.json.encode(settings).decode()

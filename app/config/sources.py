@@ -1,4 +1,4 @@
-"""Everything generated from the flag table (`app.settings.Settings`): the command-line
+"""Everything generated from the flag table (`app.config.settings.Settings`): the command-line
 parser, reading the environment and the TOML file, and the documentation's flag tables.
 
 A flag given on the command line wins over the environment, which wins over the TOML
@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from app.settings import ENV_PREFIX, SECTIONS, Settings
-from app.settings_flag import ALONE, Flag, _bool
+from app.config.flag import ALONE, Flag, _bool
+from app.config.settings import ENV_PREFIX, SECTIONS, Settings
 
 
 @dataclass(frozen=True, slots=True)

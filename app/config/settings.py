@@ -3,9 +3,9 @@ TOML file and defaults.
 
 `Settings` is the one flag table: each field declares, once, its type, its default (the
 field's own; the admission controller's come from `engine.admission.policy.Policy`) and,
-in its `Flag` annotation (`app.settings_flag`), its help text and where it is documented.
-The fields are declared a group a documentation table: `app.settings_server`,
-`app.settings_admission`, `app.settings_tenants`; msgspec Structs take fields from one
+in its `Flag` annotation (`app.config.flag`), its help text and where it is documented.
+The fields are declared a group a documentation table: `app.config.server`,
+`app.config.admission`, `app.config.tenants`; msgspec Structs take fields from one
 base only, so the groups stack, each subclassing the one before, in the order the
 tables and `--help` list them, and `Settings` subclasses the last. Everything else is
 generated from it: the `--some-flag` option of the command line, the `LILAC_SOME_FLAG`
@@ -13,7 +13,7 @@ environment variable, the `some_flag` key of the `--config` TOML file's `[admiss
 table (admission settings only) and the documentation's flag tables
 (`markdown_table`, rendered by docs/hooks/generated.py and checked by
 tests/unit/app/test_readme_flags.py): that generation lives
-in `app.settings_sources`.
+in `app.config.sources`.
 
 A flag given on the command line wins over the environment, which wins over the TOML
 file, which wins over the defaults.
@@ -25,8 +25,8 @@ import shutil
 from pathlib import Path
 from typing import Annotated
 
-from app.settings_flag import Flag
-from app.settings_tenants import TenantFlags
+from app.config.flag import Flag
+from app.config.tenants import TenantFlags
 
 ENV_PREFIX = "LILAC_"
 SECTIONS = {"server": "server", "admission": "admission controller", "tenants": "tenants"}

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from app.model_specs import model_specs
-from app.settings import Settings
+from app.config.model_specs import model_specs
+from app.config.settings import Settings
 from engine.protocol import Engine, ModelInfo
 from engine.remote.client import RemoteEngine
 

@@ -2,8 +2,8 @@
 where else it may be set) and the readers of flag text the declarations share.
 
 The settings themselves are declared, a group a documentation table, in
-`app.settings_server`, `app.settings_admission` and `app.settings_tenants`;
-`app.settings.Settings` stacks the groups into one object.
+`app.config.server`, `app.config.admission` and `app.config.tenants`;
+`app.config.settings.Settings` stacks the groups into one object.
 """
 
 from __future__ import annotations

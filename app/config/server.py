@@ -3,7 +3,7 @@ them, the warm pool, tool calls and templates, logging, cross-origin access, and
 limits on images and uploaded files.
 
 A field's type and default are the setting's; its `Flag` says the rest (see
-`app.settings` for how the groups stack into one `Settings`).
+`app.config.settings` for how the groups stack into one `Settings`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from app.settings_flag import Flag, _auto_bool, _names, _one
+from app.config.flag import Flag, _auto_bool, _names, _one
 
 
 class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):

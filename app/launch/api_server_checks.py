@@ -1,10 +1,10 @@
 """What `--api-server-count` over 1 does not do yet, refused at start with the flags
-that ask for it (app.api_servers says what several frontend processes share)."""
+that ask for it (app.launch.api_servers says what several frontend processes share)."""
 
 from __future__ import annotations
 
-from app.model_specs import model_specs
-from app.settings import Settings
+from app.config.model_specs import model_specs
+from app.config.settings import Settings
 from app.tenancy.db import sqlite_path
 from app.tenancy.service import auth_mode, database_url
 

@@ -16,7 +16,6 @@ from litestar.exceptions import HTTPException
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from app.anthropic_errors import encode_anthropic, is_anthropic_path
 from app.errors import (
     APIError,
     Conflict,
@@ -26,6 +25,7 @@ from app.errors import (
     ServiceUnavailable,
     TooManyRequests,
 )
+from app.errors.anthropic import encode_anthropic, is_anthropic_path
 from app.observability import context
 from app.schemas.errors import ErrorBody, ErrorEnvelope
 from app.schemas.sampling import MAX_MODEL_CHARS, ModelNameTooLong

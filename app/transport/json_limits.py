@@ -20,7 +20,7 @@ JSON may be scored anything; the parser refuses them anyway.
 The bytes are scanned in chunks of 64 KiB, the state carried from one to the next (the
 backslashes the chunk ends with, inside a string or not, the depth). About 5-15 ms for
 a megabyte (numpy releases the GIL in its loops), so large bodies are scanned off the
-event loop (app.request_body).
+event loop (app.transport.request_body).
 """
 
 from __future__ import annotations
