@@ -35,11 +35,11 @@ from app.observability.middleware import RequestObserver
 from app.observability.stop_stacks import dump_stacks_if_stop_stalls
 from app.observability.warm_metrics import WarmMetrics
 from app.openapi import openapi_json
-from app.routes.admin import admin_router
-from app.routes.admin_batches import admin_batches_router
-from app.routes.admin_fairness import admin_fairness_router
-from app.routes.admin_keys import admin_keys_router
-from app.routes.admin_models import admin_models_router
+from app.routes.admin.admission import admin_router
+from app.routes.admin.batches import admin_batches_router
+from app.routes.admin.fairness import admin_fairness_router
+from app.routes.admin.keys import admin_keys_router
+from app.routes.admin.models import admin_models_router
 from app.routes.batches import batch_routes
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion

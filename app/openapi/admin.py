@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.openapi.common import MODEL_ID, STATUS_OBJECT, Route
-from app.routes.admin_keys import KeyChanges
+from app.routes.admin.keys import KeyChanges
 from app.schemas.fairness import FairnessList
 
 ADMIN_ERRORS = ("400", "401", "403")

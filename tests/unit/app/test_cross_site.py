@@ -13,7 +13,7 @@ import pytest
 
 from app.config.settings import Settings
 from app.launch.factory import forget_secrets
-from app.routes.admin import FailureBackoff
+from app.routes.admin.admission import FailureBackoff
 from engine.scripted import ScriptedEngine
 from tests.client import app_client
 

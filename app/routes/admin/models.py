@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar import Router, get, post
 
-from app.routes.admin import AdminKeyGuard
+from app.routes.admin.admission import AdminKeyGuard
 from app.routes.deps import ModelsDep
 from app.services.generation.sampling import resolve_model
 from engine.warm.model import WarmModel

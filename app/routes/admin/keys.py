@@ -9,7 +9,7 @@ import msgspec
 from litestar import Request, Router, delete, get, patch, post
 
 from app.errors import InvalidRequest, KeyNotFoundError
-from app.routes.admin import AdminKeyGuard
+from app.routes.admin.admission import AdminKeyGuard
 from app.routes.deps import TenancyDep
 from app.tenancy.keys import CACHE_GROUP_CHARS, MAX_WEIGHT, KeyLimits, KeyNotFound, KeyStore
 from app.tenancy.report import parse_time as parse_report_time

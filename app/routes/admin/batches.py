@@ -11,7 +11,7 @@ from litestar.params import Dependency
 
 from app.deferred.runner import DeferredRunner
 from app.errors import InvalidRequest
-from app.routes.admin import AdminKeyGuard
+from app.routes.admin.admission import AdminKeyGuard
 from app.routes.batches import MAX_LIMIT, BatchesDep
 from app.schemas.batches import BatchStatus
 from app.services.batches.jobs import KIND

@@ -9,7 +9,7 @@ from typing import Annotated
 from litestar import Router, get
 from litestar.params import Dependency
 
-from app.routes.admin import AdminKeyGuard
+from app.routes.admin.admission import AdminKeyGuard
 from app.schemas.fairness import FairnessList
 from app.services.generation.fairness import FairnessView
 
