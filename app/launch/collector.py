@@ -17,7 +17,7 @@ requests at about 7 ms each: 33-35 µs of a request's 250-340 µs of CPU. So the
 sits above what the most requests the admission controller lets in (running and
 queued) can hold: `TRACKED_PER_REQUEST` for each, twice what was measured. The
 collector still runs (rare cycles, from a library or a failure, are freed), just not
-at every pile-up (docs/frontend.md, "The collector under load").
+at every pile-up (perf/RESULTS.md, "The collector under load").
 
 When the server stops, Python's own threshold comes back: what closes the engine's
 sockets and processes may wait on objects only a collection frees.

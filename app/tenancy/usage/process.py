@@ -8,11 +8,11 @@ forth around every commit (each time the thread comes back from SQLite it waits 
 the GIL, up to the interpreter's switch interval while the loop is busy), and the two
 threads' sleeping and waking cost the worker more than the commit's own work: keys
 on, non-streamed, the worker served about 0.64-0.81 of the requests per CPU second it
-served keys off (docs/frontend.md, "Keys on through the server, counted"). A process
+served keys off (perf/RESULTS.md, "Keys on through the server, counted"). A process
 shares no GIL: the event loop writes one frame, reads one reply when the commit is on
 disk, and never waits for SQLite's thread; the commit's CPU (SQLite, the fsync) is the
 child's, counted beside the worker's by `python -m perf frontend-ceiling`. Measured so
-(docs/frontend.md, "Keys on: the commit in a process of its own"): keys on,
+(perf/RESULTS.md, "Keys on: the commit in a process of its own"): keys on,
 non-streamed, the worker went from 0.77-0.83 of keys off with the thread to 0.87-0.90,
 and 0.82-0.84 with the child's CPU counted beside it (about the same CPU a request in
 all: the gain is the worker's own time, which bounds one worker).

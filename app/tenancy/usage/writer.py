@@ -26,7 +26,7 @@ commit, with the same durability (WAL, `synchronous=FULL`, the reply once the co
 has returned). Why a process and not a thread: a thread shares the GIL with the event
 loop, and handing each commit to it and back cost the worker more CPU than the commit
 itself (keys on, non-streamed, 0.77-0.83 of the requests per CPU second of keys off
-through the server, against 0.87-0.90 with the process; docs/frontend.md, "Keys on: the
+through the server, against 0.87-0.90 with the process; perf/RESULTS.md, "Keys on: the
 commit in a process of its own"). Where no child can be started, the thread does the work
 (app.tenancy.usage.sqlite). How rows reach each kind of database is
 app.tenancy.usage.inserts; each key's `last_used_at`, written after a batch's requests

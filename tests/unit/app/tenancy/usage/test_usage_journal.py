@@ -17,7 +17,7 @@ from app.tenancy.sqlite_file import connect, insert_rows
 from app.tenancy.usage.records import _values
 from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
-ROWS = 21  # rows a group commit holds under 64 clients (docs/frontend.md)
+ROWS = 21  # rows a group commit holds under 64 clients (perf/RESULTS.md)
 COMMITS = 40
 
 
