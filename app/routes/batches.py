@@ -14,6 +14,7 @@ from litestar.params import Dependency
 from app.errors import InvalidRequest
 from app.schemas.batches import batch_create_decoder
 from app.services.batches.service import BatchService
+from app.tenancy.consumes import Consumes
 from app.tenancy.service import request_key, request_tenancy
 from app.transport.request_body import read_json
 
@@ -33,7 +34,7 @@ async def create_batch(request: Request[Any, Any, Any], batches: BatchesDep) -> 
     body = await read_json(request, batch_create_decoder)
     key = request_key(request)
     if key is not None:
-        await request_tenancy(request).admit_request(key)
+        await request_tenancy(request).admit(key, Consumes("/v1/batches"))
     return _json(await batches.create(body, key))
 
 

@@ -26,6 +26,7 @@ from app.services.chat.service import messages_for_template
 from app.services.generation.sampling import resolve_model
 from app.services.images.decoding import image_refs
 from app.services.messages.request import chat_messages, chat_request, check_tools
+from app.tenancy.consumes import Consumes
 from app.tenancy.service import request_key, request_tenancy
 from app.transport.request_body import read_json
 from engine.offload import off_loop
@@ -59,7 +60,7 @@ async def count_message_tokens(request: Request, models: ModelsDep) -> CountToke
     if key is not None:
         # One of the key's requests per minute (429 past it), and no usage row: Anthropic
         # does not charge for counting.
-        await tenancy.admit_unmetered(key, body.model)
+        await tenancy.admit(key, Consumes("/v1/messages/count_tokens", body.model))
     model = resolve_model(models, body.model)
     check_tools(body)
     converted = chat_messages(body)

@@ -14,6 +14,7 @@ from app.routes.disconnect import until_disconnected
 from app.routes.event_stream import EventStream
 from app.schemas.sampling import SamplingFields
 from app.services.generation.admission import clamp_priority, client_key
+from app.tenancy.consumes import Consumes
 from app.tenancy.isolation import cache_salt
 from app.tenancy.scope import SCOPE_LIMIT_HEADERS
 from app.tenancy.service import RequestMeter, Tenancy, request_key
@@ -66,11 +67,11 @@ async def respond(
         # The path from the scope: `request.url` would parse a whole URL per request.
         scope = request.scope
         path = scope.get("root_path", "") + scope["path"]
-        meter = tenancy.begin_now(key, path, body.model, body.n, reserve, slots)
-        if meter is None:  # the key's limits wait for a round with the other replicas
-            meter = await tenancy.begin(key, path, body.model, body.n, reserve, slots)
+        consumes = Consumes(path, body.model, reserve, slots, body.n)
+        # Without waiting, unless the key's limits need a round with the other replicas.
+        meter = tenancy.admit_now(key, consumes) or await tenancy.admit(key, consumes)
         # The key's limits as this admission left them go on the response's headers.
-        if meter.reservation is not None:
+        if meter is not None and meter.reservation is not None:
             scope[SCOPE_LIMIT_HEADERS] = meter.reservation.headers  # type: ignore[literal-required]  # ASGI scope is a TypedDict
     try:
         if body.stream:

@@ -21,6 +21,7 @@ from app.services.responses.deferred import converted, history
 from app.services.responses.request import ResponsesChatRequest
 from app.services.responses.sealing import ReasoningSeal
 from app.storage.database import owner_of
+from app.tenancy.consumes import Consumes
 from app.tenancy.service import Tenancy, request_key
 from app.transport.request_body import INLINE_BYTES, read_json
 from engine.offload import off_loop
@@ -75,7 +76,7 @@ async def _queued(
     as_key(chat, key)  # a model the key may not use: 404 now
     tenancy.refuse_if_elsewhere(key, chat.model)  # served by another replica: 429 now
     if key is not None:  # one of the key's requests per minute (429 past them)
-        await tenancy.admit_unmetered(key, chat.model)
+        await tenancy.admit(key, Consumes("/v1/responses", chat.model))
     queued = await background.create(chat, raw, key if tenancy.mode == "keys" else None)
     if not chat.source.stream:
         return Response(msgspec.json.encode(queued), media_type=MediaType.JSON)

@@ -24,6 +24,7 @@ from app.schemas.tokenize import (
 from app.services.chat.service import messages_for_template
 from app.services.generation.sampling import resolve_model
 from app.services.images.decoding import image_refs
+from app.tenancy.consumes import Consumes
 from app.tenancy.service import Tenancy, request_key
 from app.transport.request_body import read_json
 from engine.offload import off_loop
@@ -40,7 +41,8 @@ async def _admitted_model(
     key = request_key(request)
     tenancy.refuse_if_elsewhere(key, name)  # served by another replica: 429 now
     if key is not None:
-        await tenancy.admit_unmetered(key, name if name is not None else models.first.name)
+        model = name if name is not None else models.first.name
+        await tenancy.admit(key, Consumes(request.scope["path"], model))
     return resolve_model(models, name)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from app.tenancy.consumes import Consumes
 from app.tenancy.keys import KeyLimits, KeyRecord
 from app.tenancy.limits import Clock, Limiter, RateLimited, Reservation
 
@@ -29,11 +30,13 @@ class DeferredLimits:
     def __init__(self, clock: Clock = time.monotonic) -> None:
         self._limiter = Limiter(clock)
 
-    def hold(self, key: KeyRecord | None, tokens: int, slots: int = 1) -> Reservation | None:
-        """Take `slots` of the key's deferred concurrency and `tokens` of its deferred
-        tokens per minute (None without a key: unlimited), or raise OverDeferredLimits."""
+    def hold(self, key: KeyRecord | None, consumes: Consumes) -> Reservation | None:
+        """Take what the line `consumes` of the key's deferred work: its slots of the
+        key's concurrency and its tokens of the key's tokens per minute (None without a
+        key: unlimited), or raise OverDeferredLimits."""
         if key is None:
             return None
+        tokens, slots = consumes.tokens, consumes.slots
         limits = KeyLimits(rpm=None, tpm=key.limits.tpm, max_concurrent=key.limits.max_concurrent)
         if limits.tpm is not None and tokens > limits.tpm:
             tokens = limits.tpm  # a line larger than a minute's tokens still runs, alone

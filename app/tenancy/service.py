@@ -20,6 +20,7 @@ from app.config.settings import Settings
 from app.errors import ModelNotFound, ModelNotHere, TooManyRequests
 from app.observability import context
 from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
+from app.tenancy.consumes import Consumes
 from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.fleet.limits import SYNC_INTERVAL_S, FleetLimiter
 from app.tenancy.fleet.models import HEARTBEAT_S, FleetModels
@@ -176,50 +177,47 @@ class Tenancy:
             record.model = model
         raise ModelNotHere(model)
 
-    def begin_now(
-        self,
-        key: KeyRecord,
-        endpoint: str,
-        model: str,
-        n: int,
-        reserve_tokens: int,
-        slots: int = 1,
-    ) -> RequestMeter | None:
-        """`begin` without waiting, as most requests can (a plain call, no coroutine);
-        None when the key's limits need a round with the other replicas first: then
-        `await begin(...)`."""
-        self._check_model(key, model)
-        meter = RequestMeter(self, key, endpoint, model, n)
+    def admit_now(self, key: KeyRecord, consumes: Consumes) -> RequestMeter | None:
+        """`admit` for a request that generates, without waiting, as most can (a plain
+        call, no coroutine); None when the key's limits need a round with the other
+        replicas first: then `await admit(...)`."""
+        self._check_model(key, consumes.model)
+        meter = RequestMeter(self, key, consumes.endpoint, consumes.model or "", consumes.n)
         try:
-            reservation = self.limiter.admit_now(key.id, key.limits, reserve_tokens, slots)
+            reservation = self.limiter.admit_now(
+                key.id, key.limits, consumes.tokens, consumes.slots
+            )
         except RateLimited as exc:
             raise self._refused(key, exc) from exc
         if reservation is None:
             return None
         return self._admitted(meter, reservation)
 
-    async def begin(
-        self,
-        key: KeyRecord,
-        endpoint: str,
-        model: str,
-        n: int,
-        reserve_tokens: int,
-        slots: int = 1,
-    ) -> RequestMeter:
-        """Check the key may use `model` and is within its limits (`slots`: the
-        request's prompts, each a concurrent request); the meter of the request. Raises
-        the API errors a client gets (404, 429)."""
-        self._check_model(key, model)
-        meter = RequestMeter(self, key, endpoint, model, n)  # its time counts the wait
+    async def admit(self, key: KeyRecord, consumes: Consumes) -> RequestMeter | None:
+        """The one admission of a keyed request: the key must allow `consumes.model`
+        (else 404) and be within its limits (else 429, with Retry-After). A request that
+        generates reserves its tokens and slots and gets its meter, which settles and
+        bills it once; one that does not takes one request per minute and writes no
+        usage row (None)."""
+        self._check_model(key, consumes.model)
+        if not consumes.generates:
+            try:
+                await self.limiter.acquire_request(key.id, key.limits)
+            except RateLimited as exc:
+                raise self._refused(key, exc) from exc
+            return None
+        model = consumes.model or ""
+        meter = RequestMeter(self, key, consumes.endpoint, model, consumes.n)  # counts the wait
         try:
-            reservation = await self.limiter.acquire(key.id, key.limits, reserve_tokens, slots)
+            reservation = await self.limiter.acquire(
+                key.id, key.limits, consumes.tokens, consumes.slots
+            )
         except RateLimited as exc:
             raise self._refused(key, exc) from exc
         return self._admitted(meter, reservation)
 
-    def _check_model(self, key: KeyRecord, model: str) -> None:
-        if not key.limits.allows_model(model):
+    def _check_model(self, key: KeyRecord, model: str | None) -> None:
+        if model is not None and not key.limits.allows_model(model):
             if self.writer is not None:
                 self.writer.refuse(key.id, "model_not_found", time.time())
             raise ModelNotFound(model)
@@ -236,22 +234,6 @@ class Tenancy:
         if self.writer is not None:  # its row will come: a group commit may wait for it
             self.writer.window.opened()
         return meter
-
-    async def admit_unmetered(self, key: KeyRecord, model: str) -> None:
-        """A request that generates nothing (/tokenize, /detokenize): the key must allow
-        `model` (else 404, as for generation) and it takes one of the key's requests per
-        minute (else 429). It writes no usage row."""
-        if not key.limits.allows_model(model):
-            raise ModelNotFound(model)
-        await self.admit_request(key)
-
-    async def admit_request(self, key: KeyRecord) -> None:
-        """A request of no model (creating a batch): one of the key's requests per
-        minute (else 429), no usage row."""
-        try:
-            await self.limiter.acquire_request(key.id, key.limits)
-        except RateLimited as exc:
-            raise TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded") from exc
 
 
 def request_tenancy(request: Request[Any, Any, Any]) -> Tenancy:

@@ -18,6 +18,7 @@ from app.main import create_app
 from app.tenancy.db import open_database
 from app.tenancy.keys import KeyLimits
 from app.tenancy.service import Tenancy
+from app.tenancy.consumes import Consumes
 from engine.scripted import ScriptedEngine
 from perf.micro import payloads
 from perf.micro.asgi import post
@@ -86,7 +87,8 @@ def test_tenancy_checks_alone(benchmark: Any, loop: asyncio.AbstractEventLoop, k
     async def checks() -> None:
         key = await tenancy.auth.authenticate(header)
         assert key is not None
-        meter = await tenancy.begin(key, URL, payloads.MODEL, 1, 100)
+        meter = await tenancy.admit(key, Consumes(URL, payloads.MODEL, tokens=100, slots=1))
+        assert meter is not None
         tenancy.limiter.headers(key.id, key.limits)
         record = meter.record("completed")
         assert meter.reservation is not None

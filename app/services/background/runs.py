@@ -54,6 +54,7 @@ from app.services.responses.service import ResponsesService
 from app.services.responses.wire import ResponsesGeneration, event_frame
 from app.storage.response_events import EventStore
 from app.storage.responses import ResponseStore
+from app.tenancy.consumes import Consumes
 from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.keys import KeyNotFound, KeyRecord, KeyStore
 from app.tenancy.usage.records import UsageRecord
@@ -181,7 +182,8 @@ class BackgroundResponses:
             meter.model = chat.model
             chat.response_id, chat.created_at = job.id, job.created_at
             tokens = self.responses.reserved_tokens(chat, len(line.body))
-            held.enter_context(within_limits(self.limits, key, tokens, 1, meter))
+            consumes = Consumes("/v1/responses", chat.model, tokens, slots=1)
+            held.enter_context(within_limits(self.limits, key, consumes, meter))
             await recorder.discard()  # a run a crash cut left its events
             await self.store.move(job.id, ("queued",), "in_progress")
             await self._set_status(job, "in_progress")

@@ -43,6 +43,7 @@ from app.services.generation.deferred import (
 from app.services.generation.service import GenerationService
 from app.services.responses.request import ResponsesChatRequest, chat_request
 from app.services.responses.sealing import ReasoningSeal
+from app.tenancy.consumes import Consumes
 from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.keys import KeyRecord
 from app.tenancy.usage.records import UsageRecord
@@ -139,7 +140,8 @@ class LineRunner:
             n, meter.model = request.n, request.model
             service = self.services[endpoint]
             tokens = service.reserved_tokens(request, len(entry.body))
-            with within_limits(self.limits, key, tokens, service.slots(request), meter):
+            consumes = Consumes(endpoint, request.model, tokens, service.slots(request), n)
+            with within_limits(self.limits, key, consumes, meter):
                 body = await service.complete(request, DEFERRED_PREFIX + job.owner, meter)
         except Cut:
             raise

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from app.deferred.work import KeyAtLimits
 from app.errors import ModelNotFound
 from app.services.generation.admission import clamp_priority
+from app.tenancy.consumes import Consumes
 from app.tenancy.deferred_limits import DeferredLimits, OverDeferredLimits
 from app.tenancy.isolation import cache_salt
 from app.tenancy.keys import DEFAULT_WEIGHT, KeyRecord
@@ -102,14 +103,14 @@ def as_key(request: Request, key: KeyRecord | None) -> Request:
 
 @contextmanager
 def within_limits(
-    limits: DeferredLimits, key: KeyRecord | None, tokens: int, slots: int, meter: LineMeter
+    limits: DeferredLimits, key: KeyRecord | None, consumes: Consumes, meter: LineMeter
 ) -> Iterator[None]:
-    """Run the line inside its key's deferred limits: `tokens` (the estimate the key's
-    interactive requests reserve) and `slots` held while it runs, settled with what the
-    engine used; `KeyAtLimits` (the line not run, its key's lines resting) when the key
-    has no room now."""
+    """Run the line inside its key's deferred limits: what it `consumes` (its tokens,
+    the estimate the key's interactive requests reserve, and its slots) held while it
+    runs, settled with what the engine used; `KeyAtLimits` (the line not run, its key's
+    lines resting) when the key has no room now."""
     try:
-        reservation = limits.hold(key, tokens, slots)
+        reservation = limits.hold(key, consumes)
     except OverDeferredLimits as exc:
         raise KeyAtLimits(str(exc), exc.retry_after_s) from exc
     try:

@@ -15,6 +15,7 @@ from app.tenancy.auth import Authenticator
 from app.tenancy.keys import KeyLimits, KeyRecord
 from app.tenancy.limits import Limiter, Reservation
 from app.tenancy.service import RequestMeter, Tenancy
+from app.tenancy.consumes import Consumes
 from engine.protocol import ChoiceDelta, GenerateOutput
 
 
@@ -84,17 +85,20 @@ class _RoundLimiter(Limiter):
         return self.admit(key_id, limits, tokens, slots)
 
 
+COMPLETION = Consumes("/v1/completions", "m", tokens=10, slots=1)
+
+
 async def test_a_request_admitted_at_once_or_after_a_round_is_metered_from_its_start() -> None:
     key = KeyRecord(id="key_meter", name="meter", created_at=0.0)
     here = Tenancy(Authenticator())
     before = time.monotonic()
-    meter = here.begin_now(key, "/v1/completions", "m", 1, 10)
+    meter = here.admit_now(key, COMPLETION)
     assert meter is not None and meter.reservation is not None
     assert before <= meter.started <= time.monotonic()
 
     fleet = Tenancy(Authenticator(), limiter=_RoundLimiter())
-    assert fleet.begin_now(key, "/v1/completions", "m", 1, 10) is None
+    assert fleet.admit_now(key, COMPLETION) is None
     before = time.monotonic()
-    waited = await fleet.begin(key, "/v1/completions", "m", 1, 10)
-    assert waited.reservation is not None
+    waited = await fleet.admit(key, COMPLETION)
+    assert waited is not None and waited.reservation is not None
     assert waited.started - before < 0.04  # the round's wait is part of its time

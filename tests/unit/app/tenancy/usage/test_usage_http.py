@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.schemas.chat import chat_request_decoder
 from app.tenancy.db import create_engine
+from app.tenancy.consumes import Consumes
 from engine.scripted import ScriptedEngine
 from tests.client import provided, stream_events
 from tests.unit.app.tenancy.helpers import (
@@ -137,7 +138,8 @@ async def test_a_cancelled_request_counts_what_it_used(
         key = await tenancy.auth.authenticate(f"Bearer {secret}".encode())
         assert key is not None
         body = chat_request_decoder.decode(json.dumps(chat(stream=True, max_tokens=50)))
-        meter = await tenancy.begin(key, URL, "scripted", 1, 100)
+        meter = await tenancy.admit(key, Consumes(URL, "scripted", tokens=100, slots=1))
+        assert meter is not None
         frames = await provided(http.app, "chat").open_stream(body, "key:x", meter)
         for _ in range(3):
             await anext(frames)
