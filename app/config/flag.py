@@ -28,7 +28,7 @@ class Flag:
     parse: Callable[[str], object] | None = None
 
 
-def _bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
         return True
@@ -37,23 +37,23 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
 
 
-def _auto_bool(text: str) -> str:
-    """`auto`, or a boolean as `_bool` reads it, said `true` or `false`."""
+def parse_auto_bool(text: str) -> str:
+    """`auto`, or a boolean as `parse_bool` reads it, said `true` or `false`."""
     if text.strip().lower() == "auto":
         return "auto"
     try:
-        return "true" if _bool(text) else "false"
+        return "true" if parse_bool(text) else "false"
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected `auto` or a boolean, got {text!r}") from None
 
 
 # What a flag given alone on the command line means, by its reader: a boolean's true.
-ALONE: dict[Callable[[str], object], object] = {_bool: True, _auto_bool: "true"}
+ALONE: dict[Callable[[str], object], object] = {parse_bool: True, parse_auto_bool: "true"}
 
 
-def _one(text: str) -> tuple[str, ...]:
+def one_name(text: str) -> tuple[str, ...]:
     return (text.strip(),) if text.strip() else ()
 
 
-def _names(text: str) -> tuple[str, ...]:
+def comma_names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())

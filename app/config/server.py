@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from app.config.flag import Flag, _auto_bool, _names, _one
+from app.config.flag import Flag, comma_names, one_name, parse_auto_bool
 
 
 class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
@@ -22,7 +22,7 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             "a local checkpoint folder or a Hugging Face id; repeat it to serve several models",
             # Empty: the default model, prepared on first use.
             default_doc="SmolLM2-135M-Instruct",
-            parse=_one,
+            parse=one_name,
             repeatable=True,
         ),
     ] = ()
@@ -31,7 +31,7 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
         Flag(
             "name(s) clients put in `model`, comma-separated",
             default_doc="the model's id",
-            parse=_names,
+            parse=comma_names,
         ),
     ] = ()
     host: Annotated[str, Flag("address to listen on")] = "127.0.0.1"
@@ -140,7 +140,7 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             "refused at start; `false`: off. With it on, a sleeping model wakes before the "
             "engine's checks run, and `/metrics` reads the `vllm:` series from that "
             "process at each scrape (docs: Frontend capacity)",
-            parse=_auto_bool,
+            parse=parse_auto_bool,
         ),
     ] = "auto"
     fair_share: Annotated[
@@ -221,7 +221,7 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
         Flag(
             "web origins whose pages may call the API (CORS), comma-separated; `*` any",
             default_doc="none (no cross-origin access)",
-            parse=_names,
+            parse=comma_names,
         ),
     ] = ()
     allow_private_image_urls: Annotated[

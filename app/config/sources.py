@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from app.config.flag import ALONE, Flag, _bool
+from app.config.flag import ALONE, Flag, parse_bool
 from app.config.settings import ENV_PREFIX, SECTIONS, Settings
 
 
@@ -50,7 +50,7 @@ def _parser_for(hint: object) -> Callable[[str], object]:
     kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
     if len(kinds) != 1 or kinds[0] not in (str, int, float, bool):
         raise TypeError(f"no parser for {hint!r}: give the Flag a `parse`")
-    parse: Callable[[str], object] = _bool if kinds[0] is bool else kinds[0]
+    parse: Callable[[str], object] = parse_bool if kinds[0] is bool else kinds[0]
     return parse
 
 

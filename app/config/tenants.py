@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from app.config.admission import AdmissionFlags
-from app.config.flag import Flag, _names
+from app.config.flag import Flag, comma_names
 
 
 class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
@@ -25,7 +25,7 @@ class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
             "a key of `--auth static`; repeatable, or comma-separated",
             section="tenants",
             default_doc="none",
-            parse=_names,
+            parse=comma_names,
             repeatable=True,
         ),
     ] = ()

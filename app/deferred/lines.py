@@ -21,12 +21,12 @@ from app.deferred.records import (
     UNFINISHED,
     Line,
     LineCounts,
-    _held,
+    held_by,
 )
 from app.deferred.schema import deferred_lines
 from app.storage.database import TenantDatabase
 from app.tenancy.schema import usage
-from app.tenancy.usage.records import UsageRecord, _row
+from app.tenancy.usage.records import UsageRecord, record_row
 
 
 class LineLeases:
@@ -113,7 +113,7 @@ class LineLeases:
             for job_id, seq in held:
                 await conn.execute(
                     update(deferred_lines)
-                    .where(_held(job_id, seq, replica))
+                    .where(held_by(job_id, seq, replica))
                     .values(lease_until=until)
                 )
 
@@ -147,7 +147,7 @@ class LineLeases:
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
-                .where(or_(*(_held(job_id, seq, replica) for job_id, seq in held)))
+                .where(or_(*(held_by(job_id, seq, replica) for job_id, seq in held)))
                 .values(**values)
             )
             for (job_id, seq), record in (records or {}).items():
@@ -166,7 +166,7 @@ class LineLeases:
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
-                .where(_held(job_id, seq, replica))
+                .where(held_by(job_id, seq, replica))
                 .values(
                     state=PENDING,
                     lease_owner=None,
@@ -202,7 +202,7 @@ class LineLeases:
         async with engine.begin() as conn:
             changed = await conn.execute(
                 update(deferred_lines)
-                .where(_held(job_id, seq, replica))
+                .where(held_by(job_id, seq, replica))
                 .values(
                     state=ANSWERED,
                     result=result,
@@ -245,7 +245,7 @@ class LineLeases:
             return set()
         lines = deferred_lines.c
         statement = select(lines.job_id, lines.seq).where(
-            or_(*(_held(job_id, seq, replica) for job_id, seq in running))
+            or_(*(held_by(job_id, seq, replica) for job_id, seq in running))
         )
         engine = await self._engine()
         async with engine.connect() as conn:
@@ -293,4 +293,4 @@ async def _insert_usage(conn: AsyncConnection, record: UsageRecord) -> None:
     """The row, once: a run billed already (its id is unique to it) is not billed again."""
     dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     statement = dialect_insert(usage).on_conflict_do_nothing(index_elements=["request_id"])
-    await conn.execute(statement.values(**_row(record)))
+    await conn.execute(statement.values(**record_row(record)))

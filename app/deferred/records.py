@@ -79,7 +79,7 @@ class LineCounts:
         return sum(self.by_state.get(state, 0) for state in UNFINISHED)
 
 
-def _held(job_id: str, seq: int, replica: str) -> Any:
+def held_by(job_id: str, seq: int, replica: str) -> Any:
     """The line `(job_id, seq)` while it runs under `replica`'s lease: what a renewal, a
     release and an answer may change, and nothing a replica that lost the lease holds."""
     lines = deferred_lines.c
@@ -91,7 +91,7 @@ def _held(job_id: str, seq: int, replica: str) -> Any:
     )
 
 
-async def _insert_lines(conn: AsyncConnection, job_id: str, lines: Iterable[str]) -> None:
+async def insert_lines(conn: AsyncConnection, job_id: str, lines: Iterable[str]) -> None:
     chunk: list[dict[str, Any]] = []
     for seq, body in enumerate(lines):
         chunk.append({"job_id": job_id, "seq": seq, "state": PENDING, "body": body})
@@ -102,7 +102,7 @@ async def _insert_lines(conn: AsyncConnection, job_id: str, lines: Iterable[str]
         await conn.execute(insert(deferred_lines), chunk)
 
 
-def _job(row: Any) -> Job:
+def job_of(row: Any) -> Job:
     return Job(
         id=row.id,
         kind=row.kind,

@@ -27,9 +27,9 @@ from app.deferred.records import (
     Job,
     Line,
     LineCounts,
-    _held,
-    _insert_lines,
-    _job,
+    held_by,
+    insert_lines,
+    job_of,
 )
 from app.deferred.schema import deferred_jobs, deferred_lines
 
@@ -45,9 +45,9 @@ __all__ = [
     "Job",
     "Line",
     "LineCounts",
-    "_held",
-    "_insert_lines",
-    "_job",
+    "held_by",
+    "insert_lines",
+    "job_of",
 ]
 
 
@@ -78,7 +78,7 @@ class DeferredStore(LineLeases):
         engine = await self._engine()
         async with engine.begin() as conn:
             await conn.execute(insert(deferred_jobs).values(**values))
-            await _insert_lines(conn, job.id, lines)
+            await insert_lines(conn, job.id, lines)
         return job
 
     async def get(self, job_id: str, owner: str | None = None) -> Job | None:
@@ -89,7 +89,7 @@ class DeferredStore(LineLeases):
         engine = await self._engine()
         async with engine.connect() as conn:
             row = (await conn.execute(statement)).first()
-        return _job(row) if row is not None else None
+        return job_of(row) if row is not None else None
 
     async def list_jobs(
         self,
@@ -122,7 +122,7 @@ class DeferredStore(LineLeases):
                     )
             statement = statement.order_by(table.c.created_at.desc(), table.c.id.desc())
             rows = (await conn.execute(statement.limit(limit))).all()
-        return [_job(row) for row in rows]
+        return [job_of(row) for row in rows]
 
     async def move(
         self,
@@ -194,7 +194,7 @@ class DeferredStore(LineLeases):
         engine = await self._engine()
         async with engine.connect() as conn:
             rows = (await conn.execute(statement)).all()
-        return [_job(row) for row in rows]
+        return [job_of(row) for row in rows]
 
     # -- lines written while a job is validated, a bounded chunk a transaction
 

@@ -15,10 +15,10 @@ import msgspec
 import pytest
 
 from app.main import create_app
+from app.tenancy.consumes import Consumes
 from app.tenancy.db import open_database
 from app.tenancy.keys import KeyLimits
 from app.tenancy.service import Tenancy
-from app.tenancy.consumes import Consumes
 from engine.scripted import ScriptedEngine
 from perf.micro import payloads
 from perf.micro.asgi import post

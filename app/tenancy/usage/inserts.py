@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tenancy.schema import usage
 from app.tenancy.usage.process import ProcessInserts
-from app.tenancy.usage.records import SQLITE_INSERT, UsageRecord, _row, _values
+from app.tenancy.usage.records import SQLITE_INSERT, UsageRecord, record_row, record_values
 from app.tenancy.usage.sqlite import direct_path
 
 
@@ -27,15 +27,15 @@ class UsageInserts:
         if direct is not None:
             # Rows as tuples, one statement, on the writer's own connection: SQLAlchemy's
             # compile, binding and thread hops cost more than the commit's own work.
-            await direct.insert(list(map(_values, records)))
+            await direct.insert(list(map(record_values, records)))
             return
         if database.dialect.name == "sqlite":  # in memory, or with URL options
             async with database.begin() as conn:
-                await conn.exec_driver_sql(SQLITE_INSERT, [_values(r) for r in records])
+                await conn.exec_driver_sql(SQLITE_INSERT, [record_values(r) for r in records])
             return
         statement = pg_insert(usage).on_conflict_do_nothing(index_elements=["request_id"])
         async with database.begin() as conn:
-            await conn.execute(statement, [_row(record) for record in records])
+            await conn.execute(statement, [record_row(record) for record in records])
 
     async def _sqlite_inserts(self, database: AsyncEngine) -> ProcessInserts | None:
         """The direct connection to the file behind `database`, or None when it is not a

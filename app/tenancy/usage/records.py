@@ -1,7 +1,7 @@
 """Usage records and the rows they become.
 
-Each request becomes one `UsageRecord`; `_row` and `_line` turn it into a database row
-and a spool line (JSON), `_parse` reads a spool line back. The writer that makes records
+Each request becomes one `UsageRecord`; `record_row` and `record_line` turn it into a database row
+and a spool line (JSON), `parse_record` reads a spool line back. The writer that makes records
 durable (group commits, the spool, dead letters, refusal counts) is `UsageWriter`, in
 `app.tenancy.usage.writer`; its spool and dead-letter files are `app.tenancy.usage.spool`.
 """
@@ -58,7 +58,7 @@ def day_of(seconds: float) -> str:
 _last_day: list[int | str] = [-1, ""]
 
 FIELDS = UsageRecord.__struct_fields__
-_values = operator.attrgetter(*FIELDS)  # a record's values in FIELDS order
+record_values = operator.attrgetter(*FIELDS)  # a record's values in FIELDS order
 _ROW = f"({', '.join('?' * len(FIELDS))})"
 SQLITE_INSERT = (
     f"INSERT INTO usage ({', '.join(FIELDS)}) VALUES {_ROW} ON CONFLICT (request_id) DO NOTHING"
@@ -75,15 +75,15 @@ def sqlite_insert(rows: int) -> str:
     )
 
 
-def _row(record: UsageRecord) -> dict[str, Any]:
+def record_row(record: UsageRecord) -> dict[str, Any]:
     return msgspec.structs.asdict(record)
 
 
-def _line(record: UsageRecord) -> str:
-    return json.dumps(_row(record)) + "\n"
+def record_line(record: UsageRecord) -> str:
+    return json.dumps(record_row(record)) + "\n"
 
 
-def _parse(line: str) -> UsageRecord | None:
+def parse_record(line: str) -> UsageRecord | None:
     if not line.strip():
         return None
     try:
@@ -93,4 +93,4 @@ def _parse(line: str) -> UsageRecord | None:
 
 
 def describe(record: UsageRecord) -> dict[str, Any]:
-    return _row(record)
+    return record_row(record)

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from app.tenancy.usage.records import DEAD_LETTER_FILE, UsageRecord, _line
+from app.tenancy.usage.records import DEAD_LETTER_FILE, UsageRecord, record_line
 
 
 class UsageSpool:
@@ -34,7 +34,7 @@ class UsageSpool:
 
     def append(self, records: list[UsageRecord]) -> None:
         self._holds = None  # a failed append may have left part of a line
-        _append_lines(self.path, [_line(r) for r in records])
+        _append_lines(self.path, [record_line(r) for r in records])
         self._holds = True
 
     def lines(self) -> list[str]:
@@ -44,7 +44,7 @@ class UsageSpool:
     def rewrite(self, records: list[UsageRecord]) -> None:
         partial = self.path.with_name(self.path.name + ".partial")
         with open(partial, "w", encoding="utf-8") as file:
-            file.write("".join(_line(r) for r in records))
+            file.write("".join(record_line(r) for r in records))
             file.flush()
             os.fsync(file.fileno())
         os.replace(partial, self.path)  # atomic: a crash leaves the old spool or the new

@@ -54,7 +54,7 @@ from app.tenancy.usage.commit_window import CommitWindow
 from app.tenancy.usage.faults import fault, reason
 from app.tenancy.usage.inserts import UsageInserts
 from app.tenancy.usage.last_use import LastUse
-from app.tenancy.usage.records import UsageRecord, _line, _parse
+from app.tenancy.usage.records import UsageRecord, parse_record, record_line
 from app.tenancy.usage.refusals import RefusalCounts
 from app.tenancy.usage.spool import UsageSpool
 from engine.ticks import tick_delay
@@ -277,7 +277,7 @@ class UsageWriter:
         )
         values = {
             "request_id": str(record.request_id),
-            "record": _line(record).rstrip("\n"),
+            "record": record_line(record).rstrip("\n"),
             "error": why,
             "created_at": time.time(),
         }
@@ -296,7 +296,7 @@ class UsageWriter:
             return
         records: list[UsageRecord] = []
         for line in lines:
-            record = _parse(line)
+            record = parse_record(line)
             if record is not None:
                 records.append(record)
             elif line.strip():  # a torn or foreign line: kept for a person, never dropped

@@ -12,10 +12,10 @@ import msgspec
 from app.schemas.chat import ChatCompletionRequest
 from app.services.chat.wire import ChatGeneration
 from app.tenancy.auth import Authenticator
+from app.tenancy.consumes import Consumes
 from app.tenancy.keys import KeyLimits, KeyRecord
 from app.tenancy.limits import Limiter, Reservation
 from app.tenancy.service import RequestMeter, Tenancy
-from app.tenancy.consumes import Consumes
 from engine.protocol import ChoiceDelta, GenerateOutput
 
 

@@ -12,7 +12,7 @@ import psutil
 
 from app.tenancy.db import open_database
 from app.tenancy.usage.process import ProcessInserts
-from app.tenancy.usage.records import _values
+from app.tenancy.usage.records import record_values
 from perf.load.frontend_ceiling import _pin_writers, _writer_cpu
 from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
@@ -25,7 +25,7 @@ async def test_the_writer_cpu_is_its_usage_child_s_only(tmp_path: Path) -> None:
     inserts = ProcessInserts(path)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        await inserts.insert([_values(record(f"r-{i}")) for i in range(200)])
+        await inserts.insert([record_values(record(f"r-{i}")) for i in range(200)])
         counted = _writer_cpu([psutil.Process()])
         assert set(counted) - earlier == {inserts.pid}  # not the other child
         assert counted[inserts.pid] > 0
@@ -44,7 +44,7 @@ async def test_writer_cores_move_the_writers_child_alone(tmp_path: Path) -> None
     inserts = ProcessInserts(path)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        await inserts.insert([_values(record("pinned"))])  # the child has started
+        await inserts.insert([record_values(record("pinned"))])  # the child has started
         _pin_writers([psutil.Process()], target)
         assert os.sched_getaffinity(inserts.pid) == target
         assert os.sched_getaffinity(other.pid) == mine

@@ -14,7 +14,7 @@ from pathlib import Path
 from app.observability.context import new_request_id
 from app.tenancy.db import open_database
 from app.tenancy.sqlite_file import connect, insert_rows
-from app.tenancy.usage.records import _values
+from app.tenancy.usage.records import record_values
 from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
 ROWS = 21  # rows a group commit holds under 64 clients (perf/RESULTS.md)
@@ -33,11 +33,11 @@ def pages_per_commit(path: Path, make_id: Callable[[], str]) -> float:
         conn.execute("PRAGMA wal_autocheckpoint=0")  # count every frame
         # A table some thousands of rows deep, as after a few minutes of traffic.
         for _ in range(200):
-            rows = [_values(record("chatcmpl-" + make_id())) for _ in range(ROWS)]
+            rows = [record_values(record("chatcmpl-" + make_id())) for _ in range(ROWS)]
             insert_rows(conn, rows)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         for _ in range(COMMITS):
-            insert_rows(conn, [_values(record("chatcmpl-" + make_id())) for _ in range(ROWS)])
+            insert_rows(conn, [record_values(record("chatcmpl-" + make_id())) for _ in range(ROWS)])
         return wal_frames(conn) / COMMITS
     finally:
         conn.close()

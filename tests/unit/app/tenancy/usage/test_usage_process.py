@@ -19,7 +19,7 @@ import pytest
 
 from app.tenancy.db import open_database
 from app.tenancy.usage.process import ProcessInserts
-from app.tenancy.usage.records import _values
+from app.tenancy.usage.records import record_values
 from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
 
@@ -42,9 +42,9 @@ def children() -> set[int]:
 async def test_rows_are_committed_when_insert_returns(tmp_path: Path) -> None:
     path = await migrated(tmp_path)
     inserts = ProcessInserts(path)
-    await inserts.insert([_values(record("a")), _values(record("b"))])
+    await inserts.insert([record_values(record("a")), record_values(record("b"))])
     assert ids(path) == ["a", "b"]
-    await inserts.insert([_values(record(f"many-{i}")) for i in range(150)])  # 3 statements
+    await inserts.insert([record_values(record(f"many-{i}")) for i in range(150)])  # 3 statements
     assert len(ids(path)) == 152
     assert inserts.pid in children()
     with sqlite3.connect(path) as conn:
@@ -56,16 +56,16 @@ async def test_the_childs_errors_come_back_as_the_same_class(tmp_path: Path) -> 
     path = await migrated(tmp_path)
     inserts = ProcessInserts(path)
     with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
-        await inserts.insert([_values(record("bad", model=None))])
+        await inserts.insert([record_values(record("bad", model=None))])
     with pytest.raises(OverflowError):  # beyond SQLite's integers, not msgpack's
-        await inserts.insert([_values(record("big", prompt_tokens=2**63))])
-    await inserts.insert([_values(record("good"))])  # the same child carries on
+        await inserts.insert([record_values(record("big", prompt_tokens=2**63))])
+    await inserts.insert([record_values(record("good"))])  # the same child carries on
     assert ids(path) == ["good"]
     await inserts.close()
 
     missing = ProcessInserts(tmp_path / "no-such-folder" / "lilac.db")
     with pytest.raises(sqlite3.OperationalError):
-        await missing.insert([_values(record("nowhere"))])
+        await missing.insert([record_values(record("nowhere"))])
     await missing.close()
 
 
@@ -74,13 +74,13 @@ async def test_a_killed_child_fails_its_commit_and_the_next_insert_starts_anothe
 ) -> None:
     path = await migrated(tmp_path)
     inserts = ProcessInserts(path, busy_timeout_ms=10_000)
-    await inserts.insert([_values(record("before"))])
+    await inserts.insert([record_values(record("before"))])
     first = inserts.pid
     assert first is not None
     holder = sqlite3.connect(path)
     holder.execute("BEGIN EXCLUSIVE")  # the child's commit waits for the lock
     try:
-        pending = asyncio.create_task(inserts.insert([_values(record("lost"))]))
+        pending = asyncio.create_task(inserts.insert([record_values(record("lost"))]))
         await asyncio.sleep(0.3)
         assert not pending.done()
         os.kill(first, signal.SIGKILL)
@@ -89,7 +89,7 @@ async def test_a_killed_child_fails_its_commit_and_the_next_insert_starts_anothe
     finally:
         holder.rollback()
         holder.close()
-    await inserts.insert([_values(record("after"))])
+    await inserts.insert([record_values(record("after"))])
     assert inserts.pid not in (None, first)
     assert ids(path) == ["after", "before"]
     await inserts.close()
@@ -100,11 +100,11 @@ async def test_a_cancelled_insert_leaves_the_next_one_a_fresh_child(tmp_path: Pa
     """The cancelled commit's reply must not be read as the next one's."""
     path = await migrated(tmp_path)
     inserts = ProcessInserts(path, busy_timeout_ms=10_000)
-    await inserts.insert([_values(record("before"))])
+    await inserts.insert([record_values(record("before"))])
     first = inserts.pid
     holder = sqlite3.connect(path)
     holder.execute("BEGIN EXCLUSIVE")
-    pending = asyncio.create_task(inserts.insert([_values(record("cancelled"))]))
+    pending = asyncio.create_task(inserts.insert([record_values(record("cancelled"))]))
     await asyncio.sleep(0.3)
     pending.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -112,7 +112,7 @@ async def test_a_cancelled_insert_leaves_the_next_one_a_fresh_child(tmp_path: Pa
     holder.rollback()
     holder.close()
     with pytest.raises(sqlite3.IntegrityError):  # its own error, not the other's "ok"
-        await inserts.insert([_values(record("bad", model=None))])
+        await inserts.insert([record_values(record("bad", model=None))])
     assert inserts.pid not in (None, first)
     await inserts.close()
     assert set(ids(path)) <= {"before", "cancelled"}
@@ -121,13 +121,13 @@ async def test_a_cancelled_insert_leaves_the_next_one_a_fresh_child(tmp_path: Pa
 async def test_the_child_ignores_sigint_and_sigterm_and_close_ends_it(tmp_path: Path) -> None:
     path = await migrated(tmp_path)
     inserts = ProcessInserts(path)
-    await inserts.insert([_values(record("a"))])
+    await inserts.insert([record_values(record("a"))])
     pid = inserts.pid
     assert pid is not None
     os.kill(pid, signal.SIGINT)
     os.kill(pid, signal.SIGTERM)
     await asyncio.sleep(0.2)
-    await inserts.insert([_values(record("b"))])
+    await inserts.insert([record_values(record("b"))])
     assert inserts.pid == pid
     await inserts.close()
     assert inserts.pid is None
@@ -140,13 +140,13 @@ def test_the_child_ends_when_its_parent_dies(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import asyncio, os, sys
-        from app.tenancy.usage.records import _values
+        from app.tenancy.usage.records import record_values
         from app.tenancy.usage.process import ProcessInserts
         from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
         async def main():
             inserts = ProcessInserts({str(path)!r})
-            await inserts.insert([_values(record("from-the-parent"))])
+            await inserts.insert([record_values(record("from-the-parent"))])
             print(inserts.pid, flush=True)
             os._exit(0)  # no close: the socket ends with the process
 
@@ -165,8 +165,8 @@ def test_the_child_ends_when_its_parent_dies(tmp_path: Path) -> None:
 
 async def _both_rows_through_the_thread(inserts: ProcessInserts, path: Path) -> None:
     """Two inserts, both committed with no child running (the thread version's)."""
-    await inserts.insert([_values(record("threaded"))])
-    await inserts.insert([_values(record("again"))])
+    await inserts.insert([record_values(record("threaded"))])
+    await inserts.insert([record_values(record("again"))])
     assert inserts.pid is None
     assert ids(path) == ["again", "threaded"]
     await inserts.close()
@@ -201,9 +201,9 @@ def test_a_second_event_loop_gets_a_child_of_its_own(tmp_path: Path) -> None:
     not used from the second."""
     path = asyncio.run(migrated(tmp_path))
     inserts = ProcessInserts(path)
-    asyncio.run(inserts.insert([_values(record("first"))]))
+    asyncio.run(inserts.insert([record_values(record("first"))]))
     first = inserts.pid
-    asyncio.run(inserts.insert([_values(record("second"))]))
+    asyncio.run(inserts.insert([record_values(record("second"))]))
     assert inserts.pid not in (None, first)
     asyncio.run(inserts.close())
     assert ids(path) == ["first", "second"]
