@@ -24,7 +24,7 @@ from app.schemas.chat import ChatCompletionRequest
 from app.schemas.messages import MessageResponse
 from app.services.chat.service import ChatService
 from app.services.generation.service import GenerationService
-from app.services.generation.streaming import open_sse
+from app.services.generation.streaming import RequestEnd, open_sse
 from app.services.images.service import ImageLoader
 from app.services.messages.request import MessagesChatRequest
 from app.services.messages.wire import MessagesGeneration, event_frame
@@ -68,7 +68,10 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
         return estimate_prompt_tokens(body_bytes) + limit
 
     async def complete(
-        self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
+        self,
+        request: ChatCompletionRequest,
+        client: str | None = None,
+        meter: RequestEnd | None = None,
     ) -> MessageResponse:
         generation, generates, engine = await self._start(request, client, meter)
         if meter is not None:
@@ -83,7 +86,10 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
         return body
 
     async def open_stream(
-        self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
+        self,
+        request: ChatCompletionRequest,
+        client: str | None = None,
+        meter: RequestEnd | None = None,
     ) -> AsyncIterator[bytes]:
         generation, generates, engine = await self._start(request, client, meter)
         if meter is not None:

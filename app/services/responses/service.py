@@ -28,7 +28,7 @@ from app.schemas.chat import ChatCompletionRequest, Message, SystemMessage
 from app.schemas.responses_output import Response
 from app.services.chat.service import ChatService, messages_for_template
 from app.services.generation.service import GenerationService
-from app.services.generation.streaming import open_sse
+from app.services.generation.streaming import RequestEnd, open_sse
 from app.services.images.service import ImageLoader
 from app.services.responses.request import ResponsesChatRequest
 from app.services.responses.sealing import ReasoningSeal
@@ -102,7 +102,10 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
         return generation
 
     async def complete(
-        self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
+        self,
+        request: ChatCompletionRequest,
+        client: str | None = None,
+        meter: RequestEnd | None = None,
     ) -> Response:
         generation, generates, engine = await self._start(request, client, meter)
         assert isinstance(generation, ResponsesGeneration)
@@ -119,7 +122,10 @@ class ResponsesService(GenerationService[ChatCompletionRequest]):
         return body
 
     async def open_stream(
-        self, request: ChatCompletionRequest, client: str | None = None, meter: Any = None
+        self,
+        request: ChatCompletionRequest,
+        client: str | None = None,
+        meter: RequestEnd | None = None,
     ) -> AsyncIterator[bytes]:
         generation, generates, engine = await self._start(request, client, meter)
         assert isinstance(generation, ResponsesGeneration)
