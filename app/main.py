@@ -15,6 +15,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import fields
 from typing import Any
 
 from litestar import Litestar
@@ -43,6 +44,7 @@ from app.routes.admin.models import admin_models_router
 from app.routes.batches import batch_routes
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
+from app.routes.deps import Services
 from app.routes.files import file_routes
 from app.routes.health import health, liveness, metrics
 from app.routes.messages import count_message_tokens, create_message
@@ -61,6 +63,7 @@ from app.services.chat.service import ChatService
 from app.services.completions.service import CompletionService
 from app.services.generation.admission import build_controller
 from app.services.generation.fairness import FairnessView
+from app.services.generation.service import GenerationService
 from app.services.images.service import ImageLimits, ImageLoader
 from app.services.messages.service import MessagesService
 from app.services.responses.sealing import ReasoningSeal
@@ -150,33 +153,45 @@ def create_app(
 
     admission.observers.append(_note_queue_wait)
     images = ImageLoader(ImageLimits.from_settings(settings))
-    services = {
-        "host": host,
-        "models": models,
-        "admission": admission,
-        "chat": ChatService(models, admission, images),
-        "completions": CompletionService(models, admission),
-        "messages": MessagesService(models, admission, images),
-        "responses": ResponsesService(models, admission, images, ReasoningSeal(settings.data_dir)),
-        "registry": server_metrics.registry,
-        "tenant_data": tenant_data,
-        "file_store": FileStore(tenant_data),
-        "file_limits": FileLimits(settings.max_file_bytes, settings.max_file_lines),
-        "response_store": response_store,
-        "tenancy": tenancy,
-    }
+    chat = ChatService(models, admission, images)
+    completions = CompletionService(models, admission)
+    responses = ResponsesService(models, admission, images, ReasoningSeal(settings.data_dir))
+    file_store = FileStore(tenant_data)
     # Batches: deferred work on the capacity interactive requests leave.
-    services["batches"], batch_runner = build_batches(
-        settings, tenant_data, services, admission, tenancy.store
+    endpoints: dict[str, GenerationService[Any]] = {
+        "/v1/chat/completions": chat,
+        "/v1/completions": completions,
+        "/v1/responses": responses,
+    }
+    batches, batch_runner = build_batches(
+        settings, tenant_data, endpoints, models, admission, tenancy.store, file_store
     )
-    services["batch_runner"] = batch_runner
     # Background responses: the same runner, before batch lines.
-    services["background"] = build_background(
-        services, batch_runner, tenant_data, response_store, tenancy.store
+    background = build_background(
+        responses, batch_runner, tenant_data, response_store, tenancy.store
     )
     server_metrics.registry.register(BatchCollector(batch_runner))
     # How each engine shares itself between tenants (/admin/fairness, /metrics).
-    services["fairness"] = fairness = FairnessView(models, settings.fair_share)
+    fairness = FairnessView(models, settings.fair_share)
+    services = Services(
+        host=host,
+        models=models,
+        admission=admission,
+        chat=chat,
+        completions=completions,
+        messages=MessagesService(models, admission, images),
+        responses=responses,
+        registry=server_metrics.registry,
+        tenant_data=tenant_data,
+        file_store=file_store,
+        file_limits=FileLimits(settings.max_file_bytes, settings.max_file_lines),
+        response_store=response_store,
+        tenancy=tenancy,
+        batches=batches,
+        batch_runner=batch_runner,
+        background=background,
+        fairness=fairness,
+    )
     server_metrics.registry.register(FairnessCollector(fairness))
     app = Litestar(
         route_handlers=[
@@ -206,7 +221,7 @@ def create_app(
             admin_fairness_router(settings.resolved_admin_key()),
         ],
         middleware=[lambda app: AuthMiddleware(app, tenancy)],
-        dependencies={name: _provide(service) for name, service in services.items()},
+        dependencies={f.name: _provide(getattr(services, f.name)) for f in fields(Services)},
         # Handlers are typed per exception class; Litestar's mapping type is wider.
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
         lifespan=[engine_lifespan],

@@ -4,12 +4,11 @@ service."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.deferred.runner import DeferredRunner
 from app.services.background.events import EventHub
 from app.services.background.runs import BackgroundResponses
 from app.services.background.service import BackgroundService
+from app.services.responses.service import ResponsesService
 from app.storage.database import TenantDatabase
 from app.storage.response_events import EventStore
 from app.storage.responses import ResponseStore
@@ -17,7 +16,7 @@ from app.tenancy.keys import KeyStore
 
 
 def build_background(
-    services: dict[str, Any],
+    responses: ResponsesService,
     runner: DeferredRunner,
     database: TenantDatabase,
     response_store: ResponseStore,
@@ -25,7 +24,6 @@ def build_background(
 ) -> BackgroundService:
     events = EventStore(database)
     hub = EventHub()
-    responses = services["responses"]
     handler = BackgroundResponses(
         runner.store, responses, response_store, events, hub, keys, runner.replica, runner.limits
     )

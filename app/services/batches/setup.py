@@ -16,6 +16,7 @@ from app.deferred.store import DeferredStore
 from app.services.batches.jobs import BatchJobs, Files
 from app.services.batches.lines import LineRunner
 from app.services.batches.service import BatchService
+from app.services.generation.service import GenerationService
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.tenancy.db import sqlite_path
@@ -52,19 +53,20 @@ def admitted_model_names(models: ModelPool | None) -> Callable[[str], str | None
 def build_batches(
     settings: Settings,
     database: TenantDatabase,
-    services: dict[str, Any],
+    endpoints: dict[str, GenerationService[Any]],
+    models: ModelPool | None,
     admission: AdmissionController,
     keys: KeyStore | None,
+    files: Files | None = None,
 ) -> tuple[BatchService, DeferredRunner]:
-    # The files the API serves (`file_store`), else a store over the same database.
-    files: Files = services.get("file_store") or FileStore(database)
+    """The Batch API's service and the deferred runner its lines (and background
+    responses) run on: `endpoints` maps each batch endpoint to its service; `files` is
+    the store the Files API serves (else one over the same database)."""
+    files = files or FileStore(database)
     store = DeferredStore(database)
     replica = replica_name(settings)
-    endpoints = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-    endpoints["/v1/responses"] = "responses"
     limits = DeferredLimits()  # the keys' batch lines and background responses, counted
-    by_endpoint = {url: services[name] for url, name in endpoints.items() if name in services}
-    lines = LineRunner(by_endpoint, limits)
+    lines = LineRunner(endpoints, limits)
     jobs = BatchJobs(store, files, lines, keys, replica)
     runner = DeferredRunner(
         store,
@@ -77,7 +79,7 @@ def build_batches(
         prefill_lines=settings.batch_prefill_lines,
         lease_s=settings.batch_lease_s,
         should_poll=lambda: has_database(database),
-        model_name=admitted_model_names(services.get("models")),
+        model_name=admitted_model_names(models),
         limits=limits,
     )
     admission.interactive_queued.append(runner.make_room)
