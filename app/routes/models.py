@@ -12,7 +12,7 @@ from app.errors import ModelNotFound
 from app.routes.deps import ModelsDep
 from app.schemas.models import ModelCard, ModelList
 from app.tenancy.fleet.models import model_card
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys.store import KeyRecord
 from app.tenancy.service import request_key, request_tenancy
 
 

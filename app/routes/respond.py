@@ -15,7 +15,7 @@ from app.routes.event_stream import EventStream
 from app.schemas.sampling import SamplingFields
 from app.services.generation.admission import clamp_priority, client_key
 from app.tenancy.consumes import Consumes
-from app.tenancy.isolation import cache_salt
+from app.tenancy.keys.isolation import cache_salt
 from app.tenancy.scope import SCOPE_LIMIT_HEADERS
 from app.tenancy.service import RequestMeter, Tenancy, request_key
 from engine.warm.elsewhere import REQUEST_BODY
@@ -58,7 +58,7 @@ async def respond(
     tenancy.refuse_if_elsewhere(key, body.model)  # served by another replica: 429 now
     client = client_key(request, body.user, key.id if key is not None else None)
     body.priority = clamp_priority(body.priority, key.limits.priority if key is not None else 0)
-    # Metered keys each get their own part of the prefix cache (app.tenancy.isolation).
+    # Metered keys each get their own part of the prefix cache (app.tenancy.keys.isolation).
     body.cache_salt = cache_salt(key if tenancy.mode == "keys" else None, body.cache_salt)
     meter: RequestMeter | None = None
     if key is not None:

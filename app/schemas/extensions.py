@@ -73,7 +73,7 @@ class VLLMExtensionFields(StructuredOutputFields, kw_only=True):
     )
     add_special_tokens: bool | None = None
     # Prefix-cache isolation: requests reuse cached prompt blocks only of requests with
-    # the same salt (with keys, within the key's own scope: app.tenancy.isolation).
+    # the same salt (with keys, within the key's own scope: app.tenancy.keys.isolation).
     # Bounded as `vllm serve` bounds it.
     cache_salt: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
     # Accepted, with no effect on the output: how often chunks go out, tracing ids.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from app.tenancy.consumes import Consumes
-from app.tenancy.keys import KeyLimits, KeyRecord
+from app.tenancy.keys.store import KeyLimits, KeyRecord
 from app.tenancy.limits import Clock, Limiter, RateLimited, Reservation
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 
 Clock = Callable[[], float]
 

@@ -13,7 +13,7 @@ from typing import Protocol
 from app.errors import ClientDisconnected
 from app.errors.handlers import to_api_error
 from app.observability import context
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys.store import KeyRecord
 from app.tenancy.limits import RateLimited, RateLimiter, Reservation
 from app.tenancy.usage.records import UsageRecord, day_of
 from app.tenancy.usage.writer import UsageWriter

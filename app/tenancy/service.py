@@ -19,12 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.config.settings import Settings
 from app.errors import ModelNotFound, ModelNotHere, TooManyRequests
 from app.observability import context
-from app.tenancy.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.consumes import Consumes
 from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.fleet.limits import SYNC_INTERVAL_S, FleetLimiter
 from app.tenancy.fleet.models import HEARTBEAT_S, FleetModels
-from app.tenancy.keys import KeyRecord, KeyStore
+from app.tenancy.keys.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
+from app.tenancy.keys.store import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
 from app.tenancy.meter import RequestMeter, refusal_reason
 from app.tenancy.scope import SCOPE_KEY, SCOPE_TENANCY

@@ -412,7 +412,7 @@ def _keys_env(tenants: int = 1) -> dict[str, str]:
     import tempfile
 
     from app.tenancy.db import open_database
-    from app.tenancy.keys import KeyLimits, KeyStore
+    from app.tenancy.keys.store import KeyLimits, KeyStore
 
     global AUTHORIZATION
     folder = tempfile.mkdtemp(prefix="lilac-ceiling-")

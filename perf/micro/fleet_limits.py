@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from app.tenancy.db import async_url
 from app.tenancy.fleet.limit_store import LimitStore
 from app.tenancy.fleet.limits import FleetLimiter
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter
 
 BUSY = KeyLimits(rpm=10**9, tpm=2 * 10**9, max_concurrent=1000)

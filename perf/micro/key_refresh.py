@@ -1,6 +1,6 @@
 """What keeping many keys' records fresh costs: the key cache's reads of the database.
 
-A key's record is read again once it is a second old (app.tenancy.auth). With many
+A key's record is read again once it is a second old (app.tenancy.keys.auth). With many
 tenants sending at once, that is a read per key each second. This command makes
 `--keys` keys in a real SQLite keys database, then authenticates them round robin for
 `--seconds`, as a server's requests would, and reports the database reads each second
@@ -23,9 +23,9 @@ from typing import Any
 
 from sqlalchemy import event
 
-from app.tenancy.auth import DatabaseKeys
 from app.tenancy.db import open_database
-from app.tenancy.keys import KeyLimits, KeyStore
+from app.tenancy.keys.auth import DatabaseKeys
+from app.tenancy.keys.store import KeyLimits, KeyStore
 
 WARM_UP_S = 2.5  # past two reads of every key (a read each second)
 WAITED_S = 1e-4

@@ -17,7 +17,7 @@ import pytest
 from app.main import create_app
 from app.tenancy.consumes import Consumes
 from app.tenancy.db import open_database
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from perf.micro import payloads

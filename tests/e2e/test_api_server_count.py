@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from app.tenancy.db import open_database
-from app.tenancy.keys import KeyLimits, KeyStore
+from app.tenancy.keys.store import KeyLimits, KeyStore
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from perf.harness.servers import Server, launch_lilac
 from tests.postgres import TempPostgres, start_postgres

@@ -20,7 +20,7 @@ import pytest
 
 from app.config.sources import parse_args
 from app.tenancy.db import open_database
-from app.tenancy.keys import KeyLimits, KeyStore
+from app.tenancy.keys.store import KeyLimits, KeyStore
 from perf.harness.servers import free_port, scripted_argv
 from perf.scenarios.fleet import _settings_json
 from tests.postgres import TempPostgres, start_postgres

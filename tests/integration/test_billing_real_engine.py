@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.config.settings import Settings
 from app.main import create_app
 from app.tenancy.db import open_database
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 from app.tenancy.service import Tenancy
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.vllm_backend.engine import VLLMEngine

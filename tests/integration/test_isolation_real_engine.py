@@ -15,10 +15,10 @@ import pytest
 
 from app.config.settings import Settings
 from app.main import create_app
-from app.tenancy.auth import DatabaseKeys
 from app.tenancy.db import open_database
-from app.tenancy.isolation import cache_salt
-from app.tenancy.keys import KeyLimits, KeyRecord
+from app.tenancy.keys.auth import DatabaseKeys
+from app.tenancy.keys.isolation import cache_salt
+from app.tenancy.keys.store import KeyLimits, KeyRecord
 from app.tenancy.service import Tenancy
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.vllm_backend.engine import VLLMEngine

@@ -11,7 +11,7 @@ from litestar import Request, Router, delete, get, patch, post
 from app.errors import InvalidRequest, KeyNotFoundError
 from app.routes.admin.admission import AdminKeyGuard
 from app.routes.deps import TenancyDep
-from app.tenancy.keys import CACHE_GROUP_CHARS, MAX_WEIGHT, KeyLimits, KeyNotFound, KeyStore
+from app.tenancy.keys.store import CACHE_GROUP_CHARS, MAX_WEIGHT, KeyLimits, KeyNotFound, KeyStore
 from app.tenancy.report import parse_time as parse_report_time
 from app.tenancy.report import refusal_reasons, summarize
 from app.tenancy.service import Tenancy

@@ -56,7 +56,7 @@ from app.storage.response_events import EventStore
 from app.storage.responses import ResponseStore
 from app.tenancy.consumes import Consumes
 from app.tenancy.deferred_limits import DeferredLimits
-from app.tenancy.keys import KeyNotFound, KeyRecord, KeyStore
+from app.tenancy.keys.store import KeyNotFound, KeyRecord, KeyStore
 from app.tenancy.usage.records import UsageRecord
 from engine.admission.runtime import DEFERRED_PREFIX
 

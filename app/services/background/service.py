@@ -25,7 +25,7 @@ from app.services.responses.request import ResponsesChatRequest
 from app.services.responses.service import ResponsesService
 from app.storage.response_events import EventStore
 from app.storage.responses import ResponseStore, StoredResponse
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys.store import KeyRecord
 
 CANCEL_WAIT_S = 5.0  # how long a cancel waits for a running response to stop
 _encoder = msgspec.json.Encoder()

@@ -12,7 +12,7 @@ from app.services.responses.service import ResponsesService
 from app.storage.database import TenantDatabase
 from app.storage.response_events import EventStore
 from app.storage.responses import ResponseStore
-from app.tenancy.keys import KeyStore
+from app.tenancy.keys.store import KeyStore
 
 
 def build_background(

@@ -38,7 +38,7 @@ from app.deferred.work import (
 from app.errors import FileNotFound
 from app.services.batches.lines import LineRunner, closed_line, line_model
 from app.services.batches.validation import VALIDATE_LEASE_S, validate
-from app.tenancy.keys import KeyNotFound, KeyRecord, KeyStore
+from app.tenancy.keys.store import KeyNotFound, KeyRecord, KeyStore
 
 log = logging.getLogger("lilac.batches")
 

@@ -45,7 +45,7 @@ from app.services.responses.request import ResponsesChatRequest, chat_request
 from app.services.responses.sealing import ReasoningSeal
 from app.tenancy.consumes import Consumes
 from app.tenancy.deferred_limits import DeferredLimits
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys.store import KeyRecord
 from app.tenancy.usage.records import UsageRecord
 from app.transport.request_body import INLINE_BYTES, decode_checked
 from engine.admission.runtime import DEFERRED_PREFIX

@@ -21,7 +21,7 @@ from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.tenancy.db import sqlite_path
 from app.tenancy.deferred_limits import DeferredLimits
-from app.tenancy.keys import KeyStore
+from app.tenancy.keys.store import KeyStore
 from engine.admission.runtime import AdmissionController
 from engine.warm.pool import ModelPool
 

@@ -25,7 +25,7 @@ import msgspec
 from app.deferred.store import DeferredStore, Job
 from app.errors import APIError
 from app.schemas.batches import BatchError, input_line_decoder, line_model_decoder
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys.store import KeyRecord
 from app.transport.request_body import INLINE_BYTES
 from engine.offload import off_loop
 

@@ -8,7 +8,7 @@ from litestar import Request
 
 from app.config.settings import Settings
 from app.errors import InvalidRequest
-from app.tenancy.auth import bearer_token
+from app.tenancy.keys.auth import bearer_token
 from app.tenancy.middleware import credentials
 from engine.admission.lending import parse_windows
 from engine.admission.policy import Policy

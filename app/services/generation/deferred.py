@@ -15,8 +15,8 @@ from app.errors import ModelNotFound
 from app.services.generation.admission import clamp_priority
 from app.tenancy.consumes import Consumes
 from app.tenancy.deferred_limits import DeferredLimits, OverDeferredLimits
-from app.tenancy.isolation import cache_salt
-from app.tenancy.keys import DEFAULT_WEIGHT, KeyRecord
+from app.tenancy.keys.isolation import cache_salt
+from app.tenancy.keys.store import DEFAULT_WEIGHT, KeyRecord
 from app.tenancy.usage.records import UsageRecord
 from app.usage_source import UsageSource
 

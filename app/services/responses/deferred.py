@@ -16,7 +16,7 @@ from app.services.generation.deferred import as_key
 from app.services.responses.request import ResponsesChatRequest, chat_request, stored_items
 from app.services.responses.sealing import ReasoningSeal
 from app.storage.responses import ResponseStore
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys.store import KeyRecord
 from app.transport.request_body import decode_checked
 
 ENDPOINT = "/v1/responses"

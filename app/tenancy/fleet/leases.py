@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.tenancy.fleet.limit_store import WINDOW_S, share
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 from app.tenancy.limits import RateLimited
 
 

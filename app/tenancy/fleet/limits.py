@@ -45,7 +45,7 @@ from app.tenancy.fleet.leases import (
 )
 from app.tenancy.fleet.limit_store import WINDOW_S, LimitStore, share
 from app.tenancy.fleet.rounds import apply_round, round_asks
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 from app.tenancy.limits import (
     Clock,
     RateLimited,

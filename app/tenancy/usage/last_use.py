@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from app.tenancy.keys import KeyStore
+from app.tenancy.keys.store import KeyStore
 from app.tenancy.usage.faults import reason
 from app.tenancy.usage.records import UsageRecord
 

@@ -20,7 +20,7 @@ from litestar import Litestar
 from app.config.settings import Settings
 from app.main import create_app
 from app.tenancy.db import create_engine, open_database
-from app.tenancy.keys import KeyLimits, KeyStore
+from app.tenancy.keys.store import KeyLimits, KeyStore
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine
 from tests.client import scratch_data_dir

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import inspect
 
 from app.storage.database import ANONYMOUS_OWNER, TenantDatabase, owner_of
-from app.tenancy.keys import KeyLimits, KeyRecord
+from app.tenancy.keys.store import KeyLimits, KeyRecord
 
 
 def test_nothing_is_created_until_first_use(tmp_path: Path) -> None:

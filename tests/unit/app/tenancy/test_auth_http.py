@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
 from app.main import create_app
-from app.tenancy.keys import new_secret
+from app.tenancy.keys.store import new_secret
 from app.tenancy.service import AuthConfigError, auth_mode
 from engine.scripted import ScriptedEngine
 from tests.client import AppClient

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.launch.cli import main
 from app.tenancy.db import DatabaseError, alembic_config, migrate, open_database
-from app.tenancy.keys import KeyStore
+from app.tenancy.keys.store import KeyStore
 
 
 async def test_migrating_again_is_a_no_op(database: AsyncEngine) -> None:

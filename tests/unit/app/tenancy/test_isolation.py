@@ -13,9 +13,9 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
-from app.tenancy.auth import DatabaseKeys
-from app.tenancy.isolation import cache_salt
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys.auth import DatabaseKeys
+from app.tenancy.keys.isolation import cache_salt
+from app.tenancy.keys.store import KeyRecord
 from engine.scripted import ScriptedEngine
 from tests.client import app_client
 from tests.images import data_uri, png

@@ -19,11 +19,11 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
-from app.tenancy import auth as auth_module
-from app.tenancy.auth import OUTAGE_S, DatabaseKeys, InvalidKey, KeyStoreUnavailable
+from app.tenancy.keys import auth as auth_module
 from app.tenancy.db import open_database
-from app.tenancy.key_cache import LruMap
-from app.tenancy.keys import KeyLimits, KeyStore, new_secret
+from app.tenancy.keys.auth import OUTAGE_S, DatabaseKeys, InvalidKey, KeyStoreUnavailable
+from app.tenancy.keys.cache import LruMap
+from app.tenancy.keys.store import KeyLimits, KeyStore, new_secret
 
 
 class Clock:

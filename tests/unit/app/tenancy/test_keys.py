@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.keys import (
+from app.tenancy.keys.store import (
     MAX_WEIGHT,
     PREFIX,
     KeyLimits,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 from app.tenancy.limits import Limiter, RateLimited, duration
 
 

@@ -11,9 +11,9 @@ import msgspec
 
 from app.schemas.chat import ChatCompletionRequest
 from app.services.chat.wire import ChatGeneration
-from app.tenancy.auth import Authenticator
 from app.tenancy.consumes import Consumes
-from app.tenancy.keys import KeyLimits, KeyRecord
+from app.tenancy.keys.auth import Authenticator
+from app.tenancy.keys.store import KeyLimits, KeyRecord
 from app.tenancy.limits import Limiter, Reservation
 from app.tenancy.service import RequestMeter, Tenancy
 from engine.protocol import ChoiceDelta, GenerateOutput

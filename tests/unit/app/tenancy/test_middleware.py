@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tenancy.auth import Authenticator
-from app.tenancy.keys import KeyLimits, KeyRecord
+from app.tenancy.keys.auth import Authenticator
+from app.tenancy.keys.store import KeyLimits, KeyRecord
 from app.tenancy.middleware import AuthMiddleware
 from app.tenancy.scope import SCOPE_KEY
 from app.tenancy.service import Tenancy

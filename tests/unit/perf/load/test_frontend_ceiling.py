@@ -60,7 +60,7 @@ def test_tenants_are_keys_of_their_own_sent_round_robin() -> None:
     import asyncio
     import shutil
 
-    from app.tenancy.keys import KeyStore, hash_key
+    from app.tenancy.keys.store import KeyStore, hash_key
     from perf.load import frontend_ceiling
 
     folder = frontend_ceiling._keys_env(3)["LILAC_BENCH_KEYS_DIR"]

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from app.tenancy.db import async_url
 from app.tenancy.fleet.limit_store import LimitStore
 from app.tenancy.fleet.limits import FleetLimiter
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 from app.tenancy.limits import Limiter, RateLimited
 from tests.postgres import TempPostgres, start_postgres
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from app.tenancy.fleet.leases import KeyLease
 from app.tenancy.fleet.limit_store import Grant, Round
 from app.tenancy.fleet.rounds import apply_round, round_asks
-from app.tenancy.keys import KeyLimits
+from app.tenancy.keys.store import KeyLimits
 
 
 def test_slots_a_round_gives_back_are_given_up_when_it_asks() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from app.tenancy.keys import KeyRecord
+from app.tenancy.keys.store import KeyRecord
 
 
 def cache_scope(key: KeyRecord) -> str:

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from sqlalchemy.exc import DBAPIError
 
 from app.errors import InvalidKey, KeyStoreUnavailable
-from app.tenancy.key_cache import LruMap
-from app.tenancy.keys import KeyLimits, KeyRecord, KeyStore, hash_key, well_formed
+from app.tenancy.keys.cache import LruMap
+from app.tenancy.keys.store import KeyLimits, KeyRecord, KeyStore, hash_key, well_formed
 
 log = logging.getLogger("lilac.auth")
 
