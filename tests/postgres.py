@@ -80,7 +80,7 @@ class TempPostgres:
         this process), so tests sharing the server share no rows."""
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        from app.tenancy.db import async_url
+        from app.db.engine import async_url
 
         name = f"{prefix}{next(_databases)}"
         admin = create_async_engine(async_url(self.url()), isolation_level="AUTOCOMMIT")

@@ -13,6 +13,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.db.deferred import deferred_lines
+from app.db.schema import usage
 from app.deferred.records import (
     ANSWERED,
     PENDING,
@@ -23,9 +25,7 @@ from app.deferred.records import (
     LineCounts,
     held_by,
 )
-from app.deferred.schema import deferred_lines
 from app.storage.database import TenantDatabase
-from app.tenancy.schema import usage
 from app.tenancy.usage.records import UsageRecord, record_row
 
 

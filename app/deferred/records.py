@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import and_, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.deferred.schema import deferred_lines
+from app.db.deferred import deferred_lines
 
 # Line states. `pending` and `running` are unfinished; the others are final.
 PENDING, RUNNING, ANSWERED, EXPIRED, CANCELLED = (

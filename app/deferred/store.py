@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 
+from app.db.deferred import deferred_jobs, deferred_lines
 from app.deferred.lines import LineLeases
 from app.deferred.records import (
     ANSWERED,
@@ -31,7 +32,6 @@ from app.deferred.records import (
     insert_lines,
     job_of,
 )
-from app.deferred.schema import deferred_jobs, deferred_lines
 
 __all__ = [
     "ANSWERED",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.config.model_specs import model_specs
 from app.config.settings import Settings
-from app.tenancy.db import sqlite_path
+from app.db.engine import sqlite_path
 from app.tenancy.service import auth_mode, database_url
 
 

@@ -11,7 +11,7 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.db import ensure_data_dir, open_database, sqlite_path
+from app.db.engine import ensure_data_dir, open_database, sqlite_path
 from app.tenancy.keys.store import KeyRecord
 
 # The owner of what a request stores when no key authenticated it (`--auth none`).

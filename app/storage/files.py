@@ -26,11 +26,11 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db.engine import DatabaseError
+from app.db.schema import FILENAME_CHARS, file_chunks, files
 from app.errors import FileNotFound, StorageUnavailable
 from app.storage.database import TenantDatabase
 from app.storage.lines import LineCounter, LineSplitter
-from app.tenancy.db import DatabaseError
-from app.tenancy.schema import FILENAME_CHARS, file_chunks, files
 
 __all__ = ["CHUNK_BYTES", "FileNotFound", "FileObject", "FileStore", "new_file_id"]
 

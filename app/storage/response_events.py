@@ -21,22 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Column, Integer, LargeBinary, String, Table, delete, func, insert, select
+from sqlalchemy import delete, func, insert, select
 
+from app.db.events import response_events
 from app.storage.database import TenantDatabase
-from app.storage.responses_schema import RESPONSE_ID_CHARS
-from app.tenancy.schema import metadata
-
-ATTEMPT_CHARS = 32
-
-response_events = Table(
-    "response_events",
-    metadata,
-    Column("response_id", String(RESPONSE_ID_CHARS), primary_key=True),
-    Column("seq", Integer, primary_key=True),
-    Column("attempt", String(ATTEMPT_CHARS), nullable=False),
-    Column("data", LargeBinary, nullable=False),
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,12 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.deferred.schema import deferred_jobs, deferred_lines
+from app.db.deferred import deferred_jobs, deferred_lines
+from app.db.engine import DatabaseError
+from app.db.responses import OWNER_CHARS, RESPONSE_ID_CHARS, stored_responses
 from app.errors import ChainTooLong, DatabaseUnavailable, ResponseNotFound, StoredTooLarge
 from app.storage.database import TenantDatabase
 from app.storage.response_events import response_events
-from app.storage.responses_schema import OWNER_CHARS, RESPONSE_ID_CHARS, stored_responses
-from app.tenancy.db import DatabaseError
 from engine.ticks import sleep_to_tick
 
 __all__ = [

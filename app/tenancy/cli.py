@@ -13,7 +13,7 @@ from typing import Any
 
 from app.config.settings import Settings
 from app.config.sources import settings_from
-from app.tenancy.db import DatabaseError, ensure_data_dir, open_database
+from app.db.engine import DatabaseError, ensure_data_dir, open_database
 from app.tenancy.keys.store import (
     CACHE_GROUP_CHARS,
     DEFAULT_RPM,

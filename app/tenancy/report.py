@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.schema import usage, usage_refusals
+from app.db.schema import usage, usage_refusals
 
 # By batch: each batch's rows, and the interactive requests as one row whose batch is null.
 GROUPS = {

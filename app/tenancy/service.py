@@ -17,10 +17,10 @@ from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
+from app.db.engine import create_engine, default_url, sqlite_path
 from app.errors import ModelNotFound, ModelNotHere, TooManyRequests
 from app.observability import context
 from app.tenancy.consumes import Consumes
-from app.tenancy.db import create_engine, default_url, sqlite_path
 from app.tenancy.fleet.limits import SYNC_INTERVAL_S, FleetLimiter
 from app.tenancy.fleet.models import HEARTBEAT_S, FleetModels
 from app.tenancy.keys.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys

@@ -61,7 +61,7 @@ def create() -> Litestar:
     keys_dir = os.environ.get("LILAC_BENCH_KEYS_DIR")
     if not keys_dir:
         return create_app(SETTINGS, engine=engine)
-    from app.tenancy.db import create_engine
+    from app.db.engine import create_engine
     from app.tenancy.service import Tenancy
 
     database = create_engine(f"sqlite:///{keys_dir}/lilac.db")

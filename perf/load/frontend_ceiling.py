@@ -411,7 +411,7 @@ def _keys_env(tenants: int = 1) -> dict[str, str]:
     send them."""
     import tempfile
 
-    from app.tenancy.db import open_database
+    from app.db.engine import open_database
     from app.tenancy.keys.store import KeyLimits, KeyStore
 
     global AUTHORIZATION

@@ -20,7 +20,7 @@ import time
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.tenancy.db import async_url
+from app.db.engine import async_url
 from app.tenancy.fleet.limit_store import LimitStore
 from app.tenancy.fleet.limits import FleetLimiter
 from app.tenancy.keys.store import KeyLimits

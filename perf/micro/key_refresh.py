@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from app.tenancy.db import open_database
+from app.db.engine import open_database
 from app.tenancy.keys.auth import DatabaseKeys
 from app.tenancy.keys.store import KeyLimits, KeyStore
 

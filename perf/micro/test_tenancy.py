@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.db.engine import open_database
 from app.main import create_app
 from app.tenancy.consumes import Consumes
-from app.tenancy.db import open_database
 from app.tenancy.keys.store import KeyLimits
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "architecture.md"
 # Alembic's revisions and script folder: data of the tenancy package, not code to find.
-NOT_PACKAGES = {"app/tenancy/migrations"}
+NOT_PACKAGES = {"app/db/migrations"}
 
 
 def packages() -> set[str]:

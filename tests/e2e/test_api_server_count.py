@@ -23,7 +23,7 @@ import openai
 import psutil
 import pytest
 
-from app.tenancy.db import open_database
+from app.db.engine import open_database
 from app.tenancy.keys.store import KeyLimits, KeyStore
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from perf.harness.servers import Server, launch_lilac

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from app.config.sources import parse_args
-from app.tenancy.db import open_database
+from app.db.engine import open_database
 from app.tenancy.keys.store import KeyLimits, KeyStore
 from perf.harness.servers import free_port, scripted_argv
 from perf.scenarios.fleet import _settings_json

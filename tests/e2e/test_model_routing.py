@@ -31,7 +31,7 @@ import openai
 import pytest
 
 from app.config.sources import parse_args
-from app.tenancy.db import open_database
+from app.db.engine import open_database
 from app.tenancy.keys.store import KeyLimits, KeyStore
 from perf.harness.servers import free_port, scripted_argv
 from perf.scenarios.fleet import _settings_json

@@ -32,8 +32,8 @@ from prometheus_client import REGISTRY
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
+from app.db.engine import open_database
 from app.main import create_app
-from app.tenancy.db import open_database
 from app.tenancy.keys.store import KeyLimits
 from app.tenancy.service import Tenancy
 from engine.checkpoint import DEFAULT_MODEL_NAME

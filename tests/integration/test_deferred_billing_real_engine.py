@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.engine import open_database
+from app.db.schema import usage
 from app.deferred.runner import DeferredRunner
 from app.storage.response_events import EventStore
-from app.tenancy.db import open_database
-from app.tenancy.schema import usage
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from engine.vllm_backend.engine import VLLMEngine
 from tests.client import provided

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from app.config.settings import Settings
+from app.db.engine import open_database
 from app.main import create_app
-from app.tenancy.db import open_database
 from app.tenancy.keys.auth import DatabaseKeys
 from app.tenancy.keys.isolation import cache_salt
 from app.tenancy.keys.store import KeyLimits, KeyRecord

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from app.db.deferred import JOB_ID_CHARS
 from app.deferred.runner import DeferredRunner
-from app.deferred.schema import JOB_ID_CHARS
 from app.deferred.store import CANCELLED, DeferredStore, Job
 from app.errors import InvalidRequest
 from app.observability import context

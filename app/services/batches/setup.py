@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.config.settings import Settings
+from app.db.engine import sqlite_path
 from app.deferred.runner import DeferredRunner
 from app.deferred.store import DeferredStore
 from app.services.batches.jobs import BatchJobs, Files
@@ -19,7 +20,6 @@ from app.services.batches.service import BatchService
 from app.services.generation.service import GenerationService
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
-from app.tenancy.db import sqlite_path
 from app.tenancy.deferred_limits import DeferredLimits
 from app.tenancy.keys.store import KeyStore
 from engine.admission.runtime import AdmissionController

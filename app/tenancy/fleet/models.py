@@ -27,9 +27,9 @@ import msgspec
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import fleet_models
 from app.schemas.models import ModelCard
 from app.tasks import cancel_and_wait
-from app.tenancy.schema import fleet_models
 from engine.ticks import sleep_to_tick
 from engine.warm.model import ModelState, WarmModel
 from engine.warm.pool import ModelPool

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.schema import api_keys
+from app.db.schema import api_keys
 
 # The keys' last use, one row of parameters per key (executemany).
 _TOUCH = (

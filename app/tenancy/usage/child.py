@@ -2,7 +2,7 @@
 BUSY_TIMEOUT_MS`), and the frames it exchanges with app.tenancy.usage.process.
 
 The parent sends one `Insert` frame per group commit; the child inserts the rows on its
-own SQLite connection (app.tenancy.sqlite_file: autocommit, WAL, `synchronous=FULL`)
+own SQLite connection (app.db.sqlite: autocommit, WAL, `synchronous=FULL`)
 and, once the commit has returned, sends one `Done`: no error, or the exception's class
 name and message, which the parent raises again as the same class. Each frame is
 msgpack (msgspec) prefixed with its length, as between the HTTP and engine processes
@@ -29,7 +29,8 @@ from typing import Any  # noqa: E402
 
 import msgspec  # noqa: E402
 
-from app.tenancy.sqlite_file import connect, insert_rows  # noqa: E402
+from app.db.sqlite import connect  # noqa: E402
+from app.tenancy.usage.statements import insert_rows  # noqa: E402
 from engine.remote.framing import frame, recv_frame  # noqa: E402
 
 

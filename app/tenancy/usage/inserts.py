@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.schema import usage
+from app.db.schema import usage
 from app.tenancy.usage.process import ProcessInserts
 from app.tenancy.usage.records import SQLITE_INSERT, UsageRecord, record_row, record_values
 from app.tenancy.usage.sqlite import direct_path

@@ -44,7 +44,7 @@ from typing import Any
 
 import msgspec
 
-from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS
+from app.db.sqlite import BUSY_TIMEOUT_MS
 from app.tenancy.usage.child import Done, Insert
 from engine.remote.framing import FrameReader, frame
 

@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.schema import REASON_CHARS, usage_refusals
+from app.db.schema import REASON_CHARS, usage_refusals
 from app.tenancy.usage.records import day_of
 
 RefusalKey = tuple[str, float, str]  # key id, minute (Unix seconds), reason

@@ -32,8 +32,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.db import sqlite_path
-from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS, connect, insert_rows
+from app.db.engine import sqlite_path
+from app.db.sqlite import BUSY_TIMEOUT_MS, connect
+from app.tenancy.usage.statements import insert_rows
 
 
 def direct_path(database: AsyncEngine) -> Path | None:

@@ -48,8 +48,8 @@ from pathlib import Path
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import usage_dead_letter
 from app.tenancy.keys.store import KeyStore
-from app.tenancy.schema import usage_dead_letter
 from app.tenancy.usage.commit_window import CommitWindow
 from app.tenancy.usage.faults import fault, reason
 from app.tenancy.usage.inserts import UsageInserts

@@ -91,7 +91,7 @@ async def test_a_locked_database_is_a_503_with_retry_after(tmp_path: Any) -> Non
 
     from sqlalchemy import text
 
-    from app.tenancy.db import create_engine
+    from app.db.engine import create_engine
 
     path = tmp_path / "locked.db"
     holder = sqlite3.connect(path, isolation_level=None)

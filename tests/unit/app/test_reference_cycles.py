@@ -18,8 +18,8 @@ import pytest
 from litestar import Litestar
 
 from app.config.settings import Settings
+from app.db.engine import create_engine, open_database
 from app.main import create_app
-from app.tenancy.db import create_engine, open_database
 from app.tenancy.keys.store import KeyLimits, KeyStore
 from app.tenancy.service import Tenancy
 from engine.scripted import ScriptedEngine

@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import usage
 from app.deferred.runner import DeferredRunner
 from app.services.background import service as background_service
 from app.storage.response_events import EventStore
-from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
 from tests.client import provided
 from tests.unit.app.deferred.test_batches_http import (

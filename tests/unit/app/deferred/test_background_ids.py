@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.deferred.schema import JOB_ID_CHARS
+from app.db.deferred import JOB_ID_CHARS
 from tests.unit.app.deferred.test_background_http import finished
 from tests.unit.app.tenancy.helpers import keyed_app, new_key
 

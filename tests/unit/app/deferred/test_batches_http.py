@@ -17,11 +17,11 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import usage
 from app.deferred.runner import DeferredRunner
 from app.services.batches.jobs import KIND
 from app.storage.files import FileStore
 from app.tenancy.report import summarize
-from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
 from tests.client import provided
 from tests.unit.app.tenancy.helpers import ADMIN_KEY, bearer, keyed_app, new_key

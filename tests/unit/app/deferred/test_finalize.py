@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import files as files_table
 from app.deferred.store import DeferredStore, Job
 from app.services.batches.jobs import BatchJobs, result_file_id
 from app.services.batches.lines import LineRunner
 from app.storage.database import TenantDatabase
 from app.storage.files import UPLOADING, FileStore
-from app.tenancy.schema import files as files_table
 from tests.unit.app.deferred.test_store import Clock
 
 

@@ -16,9 +16,9 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.responses import stored_responses
+from app.db.schema import usage
 from app.deferred.runner import DeferredRunner
-from app.storage.responses_schema import stored_responses
-from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
 from tests.client import provided
 from tests.unit.app.deferred.test_batches_http import chat_line, create, file_lines, upload

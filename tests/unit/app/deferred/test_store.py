@@ -7,9 +7,9 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import usage
 from app.deferred.store import ANSWERED, EXPIRED, PENDING, DeferredStore, Job
 from app.storage.database import TenantDatabase
-from app.tenancy.schema import usage
 from app.tenancy.usage.records import UsageRecord
 
 

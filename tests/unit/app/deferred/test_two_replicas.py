@@ -9,8 +9,8 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import usage
 from app.deferred.runner import DeferredRunner
-from app.tenancy.schema import usage
 from engine.scripted import ScriptedEngine
 from tests.client import provided
 from tests.unit.app.deferred.test_batches_http import (

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert
 
+from app.db.engine import open_database
+from app.db.schema import usage
 from app.launch.cli import main
-from app.tenancy.db import open_database
-from app.tenancy.schema import usage
 
 
 def _row(request_id: str, batch_id: str | None, completion: int) -> dict[str, object]:

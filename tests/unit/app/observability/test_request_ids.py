@@ -11,6 +11,7 @@ import time
 import anthropic
 import pytest
 
+from app.db.schema import REQUEST_ID_CHARS
 from app.observability.context import (
     MAX_CLIENT_ID_CHARS,
     RequestRecord,
@@ -18,7 +19,6 @@ from app.observability.context import (
     new_request_id,
 )
 from app.observability.logs import RequestIdFilter
-from app.tenancy.schema import REQUEST_ID_CHARS
 from engine.scripted import ScriptedEngine
 from tests.anthropic_sse import anthropic_sdk
 from tests.client import app_client, stream_events

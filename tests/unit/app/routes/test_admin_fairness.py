@@ -17,8 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.config.settings import Settings
+from app.db.engine import open_database
 from app.services.generation.fairness import STALE_AFTER_S, tenant_identity
-from app.tenancy.db import open_database
 from engine.fairness import SHARES_DIR_ENV, StepTimes, TenantShare, shares_file, write_shares
 from engine.scripted import ScriptedEngine
 from engine.warm.pool import ModelPool

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from app.tenancy.db import open_database
+from app.db.engine import open_database
 from tests.client import provided
 from tests.postgres import TempPostgres
 from tests.unit.app.routes.test_stored_responses import save, sdk

@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import file_chunks, files
 from app.errors import FileNotFound, StorageUnavailable
 from app.storage.database import TenantDatabase
 from app.storage.files import STALE_UPLOAD_S, FileStore
-from app.tenancy.schema import file_chunks, files
 from tests.postgres import TempPostgres
 
 CHUNK = 64  # small chunks: a few hundred bytes span several rows

@@ -9,7 +9,7 @@ import asyncio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.deferred.schema import deferred_jobs, deferred_lines
+from app.db.deferred import deferred_jobs, deferred_lines
 from app.deferred.store import DeferredStore, Job
 from app.storage.database import TenantDatabase
 from app.storage.response_events import EventStore, StoredEvent

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.responses import stored_responses
 from app.storage import responses as module
 from app.storage.database import TenantDatabase
 from app.storage.responses import (
@@ -27,7 +28,6 @@ from app.storage.responses import (
     StoredResponse,
     StoredTooLarge,
 )
-from app.storage.responses_schema import stored_responses
 
 NOW = 1_800_000_000.0
 A, B = "key_a", "key_b"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tenancy.db import open_database
+from app.db.engine import open_database
 from tests.postgres import TempPostgres
 
 

@@ -12,10 +12,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
+from app.db.schema import usage, usage_dead_letter, usage_refusals
 from app.main import create_app
 from app.tenancy.keys.auth import OUTAGE_S, DatabaseKeys
 from app.tenancy.keys.store import KeyLimits, KeyRecord
-from app.tenancy.schema import usage, usage_dead_letter, usage_refusals
 from app.tenancy.service import Tenancy
 from engine.protocol import Engine
 from engine.scripted import ScriptedEngine

@@ -12,14 +12,14 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.engine import DatabaseError, alembic_config, migrate, open_database
 from app.launch.cli import main
-from app.tenancy.db import DatabaseError, alembic_config, migrate, open_database
 from app.tenancy.keys.store import KeyStore
 
 
 async def test_migrating_again_is_a_no_op(database: AsyncEngine) -> None:
 
-    from app.tenancy.db import alembic_config
+    from app.db.engine import alembic_config
 
     await migrate(database)
     async with database.connect() as conn:
@@ -146,12 +146,12 @@ async def test_the_migrations_build_exactly_the_tables_the_code_uses(
     database: AsyncEngine,
 ) -> None:
     """Alembic's autogenerate finds nothing to change between the migrated database and
-    app.tenancy.schema (columns, types, indexes, constraints)."""
+    app.db.schema (columns, types, indexes, constraints)."""
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
     from sqlalchemy.engine import Connection
 
-    from app.tenancy.schema import metadata
+    from app.db.schema import metadata
 
     def differences(connection: Connection) -> list[object]:
         context = MigrationContext.configure(connection, opts={"compare_type": True})

@@ -19,8 +19,8 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
+from app.db.engine import open_database
 from app.tenancy.keys import auth as auth_module
-from app.tenancy.db import open_database
 from app.tenancy.keys.auth import OUTAGE_S, DatabaseKeys, InvalidKey, KeyStoreUnavailable
 from app.tenancy.keys.cache import LruMap
 from app.tenancy.keys.store import KeyLimits, KeyStore, new_secret

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import api_keys
 from app.tenancy.keys.store import (
     MAX_WEIGHT,
     PREFIX,
@@ -20,7 +21,6 @@ from app.tenancy.keys.store import (
     new_secret,
     well_formed,
 )
-from app.tenancy.schema import api_keys
 
 
 def test_a_key_is_256_random_bits_behind_a_prefix() -> None:

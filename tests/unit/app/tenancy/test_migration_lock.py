@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from alembic.script import ScriptDirectory
 
-from app.tenancy.db import alembic_config, create_engine, open_database
+from app.db.engine import alembic_config, create_engine, open_database
 from tests.postgres import TempPostgres
 
 REPLICAS = 4

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from app.tenancy.db import create_engine, open_database
+from app.db.engine import create_engine, open_database
 from app.tenancy.keys.store import KeyStore, new_secret
 from tests.postgres import TempPostgres
 from tests.unit.app.tenancy.helpers import URL, bearer, chat, keyed_app, new_key

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from app.tenancy.db import open_database
+from app.db.engine import open_database
 from app.tenancy.usage.process import ProcessInserts
 from app.tenancy.usage.records import record_values
 from perf.load.frontend_ceiling import _pin_writers, _writer_cpu

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
+from app.db.engine import open_database
 from app.main import create_app
-from app.tenancy.db import open_database
 from engine.scripted import ScriptedEngine
 from tests.client import AppClient
 from tests.unit.app.tenancy.helpers import URL, bearer, chat, keyed_app, new_key

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.tenancy.db import async_url
+from app.db.engine import async_url
 from app.tenancy.fleet.limit_store import LimitStore
 from app.tenancy.fleet.limits import FleetLimiter
 from app.tenancy.keys.store import KeyLimits
@@ -248,7 +248,7 @@ async def test_replicas_count_each_other_and_a_leaving_one_stops_counting(
 async def test_postgresql_keys_get_the_fleets_limiter_and_sqlite_keys_the_servers(
     database_url: str, tmp_path: Path
 ) -> None:
-    from app.tenancy.db import open_database
+    from app.db.engine import open_database
     from app.tenancy.service import Tenancy
 
     shared = Tenancy.with_database(await open_database(database_url), tmp_path / "a.jsonl")

@@ -10,8 +10,8 @@ import asyncio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import fleet_models
 from app.tenancy.fleet.models import BEATS_TO_EXPIRE, FleetModels
-from app.tenancy.schema import fleet_models
 from engine.scripted import ScriptedEngine
 from engine.warm.model import WarmConfig
 from engine.warm.pool import ModelPool

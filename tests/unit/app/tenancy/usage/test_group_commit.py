@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.config.settings import Settings
+from app.db.schema import usage
 from app.main import create_app
-from app.tenancy.schema import usage
 from app.tenancy.service import Tenancy
 from app.tenancy.usage.commit_window import BATCH_ROWS, CommitWindow
 from app.tenancy.usage.writer import UsageWriter

@@ -14,9 +14,9 @@ import msgspec
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.schema import REQUEST_ID_CHARS
 from app.launch.cli import main
 from app.observability.context import MAX_CLIENT_ID_CHARS
-from app.tenancy.schema import REQUEST_ID_CHARS
 from app.tenancy.usage.records import DEAD_LETTER_FILE, UsageRecord
 from app.tenancy.usage.writer import UsageWriter
 from engine.scripted import ScriptedEngine
@@ -147,7 +147,7 @@ async def test_the_spool_replays_row_by_row_and_drops_nothing(
 async def test_a_spool_replay_in_an_outage_keeps_every_line(
     database: AsyncEngine, tmp_path: Path
 ) -> None:
-    from app.tenancy.db import create_engine
+    from app.db.engine import create_engine
 
     spool = tmp_path / "usage-spool.jsonl"
     broken = create_engine(f"sqlite:///{tmp_path}/missing-folder/x.db")
@@ -231,7 +231,7 @@ def test_the_usage_command_shows_refusals(
     capsys.readouterr()
 
     async def refuse() -> None:
-        from app.tenancy.db import open_database
+        from app.db.engine import open_database
 
         engine = await open_database(f"sqlite:///{tmp_path}/lilac.db")
         writer = UsageWriter(engine, tmp_path / "spool")
@@ -256,7 +256,7 @@ async def test_a_locked_database_spools_rows_and_sets_none_aside(tmp_path: Path)
     the rows': they wait in the spool and are written once it is free."""
     import sqlite3
 
-    from app.tenancy.db import create_engine, open_database
+    from app.db.engine import create_engine, open_database
 
     path = tmp_path / "lilac.db"
     await (await open_database(f"sqlite:///{path}")).dispose()
@@ -280,7 +280,7 @@ def test_the_writer_has_its_own_connection_only_to_a_sqlite_file(tmp_path: Path)
     """Usage rows go through the writer's own connection to a SQLite file (one thread
     hand-over per group commit); an in-memory database or a URL with options keeps
     SQLAlchemy's engine, which alone reaches that database."""
-    from app.tenancy.db import create_engine
+    from app.db.engine import create_engine
     from app.tenancy.usage.sqlite import direct_path
 
     assert direct_path(create_engine(f"sqlite:///{tmp_path}/lilac.db")) == tmp_path / "lilac.db"
@@ -294,7 +294,7 @@ async def test_a_replaced_database_gets_a_new_direct_connection(
 ) -> None:
     """The writer follows `writer.database` (an operator's tool, a test, swapping it):
     rows never go to the file of an engine it no longer holds."""
-    from app.tenancy.db import open_database
+    from app.db.engine import open_database
 
     writer = UsageWriter(database, tmp_path / "usage-spool.jsonl")
     await writer.write(record("first"))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.engine import create_engine
 from app.schemas.chat import chat_request_decoder
 from app.tenancy.consumes import Consumes
-from app.tenancy.db import create_engine
 from engine.scripted import ScriptedEngine
 from tests.client import provided, stream_events
 from tests.unit.app.tenancy.helpers import (

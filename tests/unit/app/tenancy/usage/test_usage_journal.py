@@ -11,10 +11,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from app.db.engine import open_database
+from app.db.sqlite import connect
 from app.observability.context import new_request_id
-from app.tenancy.db import open_database
-from app.tenancy.sqlite_file import connect, insert_rows
 from app.tenancy.usage.records import record_values
+from app.tenancy.usage.statements import insert_rows
 from tests.unit.app.tenancy.usage.test_usage_bounded import record
 
 ROWS = 21  # rows a group commit holds under 64 clients (perf/RESULTS.md)

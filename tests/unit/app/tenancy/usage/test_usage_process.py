@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.tenancy.db import open_database
+from app.db.engine import open_database
 from app.tenancy.usage.process import ProcessInserts
 from app.tenancy.usage.records import record_values
 from tests.unit.app.tenancy.usage.test_usage_bounded import record

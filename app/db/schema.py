@@ -1,7 +1,7 @@
 """The tenancy tables, in SQLAlchemy Core: API keys, metered usage, the usage rows the
 database refused (dead letters) and the counts of refused requests.
 
-Alembic's migrations (app/tenancy/migrations) create and change them; these
+Alembic's migrations (app/db/migrations) create and change them; these
 definitions are what the code reads and writes, and what autogenerate compares.
 Times are Unix seconds (floats) so both backends store and compare them the same
 way; `day` (UTC, `YYYY-MM-DD`) is written with each usage row so reports group by

@@ -1,18 +1,17 @@
-"""Alembic environment: run from code (app.tenancy.db), never from an alembic.ini.
+"""Alembic environment: run from code (app.db.engine), never from an alembic.ini.
 The caller hands over a live connection in `config.attributes["connection"]`."""
 
 from alembic import context
 
-import app.deferred.schema
+# Every table registers on the same metadata when its module is imported.
+from app.db import deferred, events, responses
+from app.db.schema import metadata
 
-# Tables defined beside their code register on the same metadata when imported.
-import app.storage.response_events
-import app.storage.responses_schema  # noqa: F401
-from app.tenancy.schema import metadata
+TABLE_MODULES = (deferred, events, responses)  # imported for their tables
 
 connection = context.config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("run migrations through app.tenancy.db.migrate(engine)")
+    raise RuntimeError("run migrations through app.db.engine.migrate(engine)")
 context.configure(
     connection=connection,
     target_metadata=metadata,

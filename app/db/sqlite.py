@@ -1,7 +1,6 @@
-"""What every connection to the SQLite file sets, and the usage writer's own connection
-and statements, in a module light enough for the usage writer's child process to import
-(no SQLAlchemy, no Alembic: app.tenancy.usage.process starts in a fraction of a second).
-"""
+"""What every connection to the SQLite file sets, and the usage writer's own connection,
+in a module light enough for the usage writer's child process to import (no SQLAlchemy,
+no Alembic: app.tenancy.usage.process starts in a fraction of a second)."""
 
 from __future__ import annotations
 
@@ -9,12 +8,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from app.tenancy.usage.records import sqlite_insert
-
 # SQLite waits this long for another writer's lock before failing.
 BUSY_TIMEOUT_MS = 5000
-# Rows in one INSERT (17 values each: well under SQLite's limit on a statement's values).
-ROWS_PER_STATEMENT = 64
 
 
 def sqlite_pragmas(dbapi_conn: Any, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
@@ -41,22 +36,3 @@ def connect(path: Path | str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3
         conn.close()
         raise
     return conn
-
-
-def insert_rows(conn: sqlite3.Connection, rows: list[Any]) -> None:
-    """Insert usage rows (each a record's values in `FIELDS` order) and commit: one
-    statement, its own transaction, up to `ROWS_PER_STATEMENT` rows; more are several
-    statements in one explicit transaction. Returns once the commit has."""
-    if len(rows) <= ROWS_PER_STATEMENT:  # one statement: its own transaction
-        conn.execute(sqlite_insert(len(rows)), [value for row in rows for value in row])
-        return
-    conn.execute("BEGIN")
-    try:
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start : start + ROWS_PER_STATEMENT]
-            conn.execute(sqlite_insert(len(chunk)), [value for row in chunk for value in row])
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise

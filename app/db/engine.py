@@ -31,7 +31,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.tenancy.sqlite_file import BUSY_TIMEOUT_MS, sqlite_pragmas
+from app.db.sqlite import BUSY_TIMEOUT_MS, sqlite_pragmas
 
 DB_FILE = "lilac.db"
 # Any fixed number: what every lilac-serve agrees to lock while it migrates.
@@ -103,7 +103,7 @@ def check_sqlite_file(path: Path, *, must_exist: bool) -> None:
 
 def alembic_config() -> Config:
     config = Config()  # no ini file: logging stays the app's
-    config.set_main_option("script_location", "app.tenancy:migrations")
+    config.set_main_option("script_location", "app.db:migrations")
     return config
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, Float, Index, Integer, String, Table, Text
 
-from app.tenancy.schema import metadata
+from app.db.schema import metadata
 
 JOB_ID_CHARS = 64
 OWNER_CHARS = 64

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, Float, Index, Integer, LargeBinary, String, Table, Text
 
-from app.tenancy.schema import MODEL_CHARS, metadata
+from app.db.schema import MODEL_CHARS, metadata
 
 # The longest response id the store keeps; a longer one is not found, never a query.
 RESPONSE_ID_CHARS = 80
-OWNER_CHARS = 32  # a key's id (app.tenancy.schema.api_keys.id), or the anonymous owner
+OWNER_CHARS = 32  # a key's id (app.db.schema.api_keys.id), or the anonymous owner
 STATUS_CHARS = 20
 
 stored_responses = Table(
