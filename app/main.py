@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import fields
 from typing import Any
@@ -73,6 +73,7 @@ from app.storage.files import FileStore
 from app.storage.responses import ResponseLimits, ResponseStore
 from app.tenancy.middleware import AuthMiddleware
 from app.tenancy.service import Tenancy, database_url
+from app.transport.hosts import AllowedHosts, HostGuard
 from app.transport.uploads import FileLimits
 from engine.admission.probes import Probe
 from engine.admission.runtime import AdmissionController
@@ -220,7 +221,7 @@ def create_app(
             admin_batches_router(settings.resolved_admin_key()),
             admin_fairness_router(settings.resolved_admin_key()),
         ],
-        middleware=[lambda app: AuthMiddleware(app, tenancy)],
+        middleware=_middleware(settings, tenancy),
         dependencies={f.name: _provide(getattr(services, f.name)) for f in fields(Services)},
         # Handlers are typed per exception class; Litestar's mapping type is wider.
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
@@ -268,6 +269,16 @@ def cors_config(settings: Settings) -> CORSConfig | None:
         ],
         expose_headers=["X-Request-Id", "Retry-After", "X-Max-Tokens-Clamped"],
     )
+
+
+def _middleware(settings: Settings, tenancy: Tenancy) -> list[Callable[[Any], Any]]:
+    """Keys first; without keys, the `Host` guard before everything (a page that rebinds
+    a name to this machine gets a 403)."""
+    stack: list[Callable[[Any], Any]] = [lambda app: AuthMiddleware(app, tenancy)]
+    if tenancy.mode == "none":
+        hosts = AllowedHosts(settings.host, settings.allowed_hosts)
+        stack.insert(0, lambda app: HostGuard(app, hosts))
+    return stack
 
 
 def _provide(service: Any) -> Provide:

@@ -33,8 +33,8 @@ def anthropic_sdk(app: Any, timeout: float = 120.0) -> Any:
     import httpx2
 
     http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=app), base_url="http://test", timeout=timeout
+        transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=timeout
     )
     return anthropic.AsyncAnthropic(
-        base_url="http://test", api_key="unused", http_client=http, max_retries=0
+        base_url="http://127.0.0.1", api_key="unused", http_client=http, max_retries=0
     )

@@ -49,7 +49,7 @@ class AppClient(httpx.AsyncClient):
 
     def __init__(self, app: Litestar, *, timeout: float) -> None:
         transport = httpx.ASGITransport(app=app)
-        super().__init__(transport=transport, base_url="http://test", timeout=timeout)
+        super().__init__(transport=transport, base_url="http://127.0.0.1", timeout=timeout)
         self.app = app
 
 

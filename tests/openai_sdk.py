@@ -11,8 +11,8 @@ def openai_sdk(app: Any, timeout: float = 120.0, api_key: str = "unused") -> Any
     import openai
 
     http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=app), base_url="http://test", timeout=timeout
+        transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=timeout
     )
     return openai.AsyncOpenAI(
-        base_url="http://test/v1", api_key=api_key, http_client=http, max_retries=0
+        base_url="http://127.0.0.1/v1", api_key=api_key, http_client=http, max_retries=0
     )

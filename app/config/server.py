@@ -215,6 +215,15 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
             default_doc="none",
         ),
     ] = None
+    allowed_hosts: Annotated[
+        tuple[str, ...],
+        Flag(
+            "more `Host` names a server without keys answers (loopback names, IP addresses "
+            "and `--host` always), comma-separated",
+            default_doc="none",
+            parse=comma_names,
+        ),
+    ] = ()
     # Image input (app.services.images.service).
     allowed_origins: Annotated[
         tuple[str, ...],

@@ -110,9 +110,11 @@ class DeferredStore(LineLeases):
         engine = await self._engine()
         async with engine.connect() as conn:
             if after is not None:
-                cursor = (
-                    await conn.execute(select(table.c.created_at).where(table.c.id == after))
-                ).first()
+                # Only the owner's own job is a cursor: another's id reads as unknown.
+                mine = select(table.c.created_at).where(table.c.id == after, table.c.kind == kind)
+                if owner is not None:
+                    mine = mine.where(table.c.owner == owner)
+                cursor = (await conn.execute(mine)).first()
                 if cursor is not None:
                     statement = statement.where(
                         or_(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -27,17 +28,40 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+# Characters that could end a log line or pass for another: control characters (line
+# breaks included), C1 controls and Unicode's line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# A field value that must be quoted to stay one field: these, or a space, `=` or `"`.
+_NEEDS_QUOTES = re.compile('[\x00-\x20\x7f-\x9f\u2028\u2029="]')
+
+
+def escaped(text: str) -> str:
+    """`text` with every control character written as an escape (`\\n`, `\\x1b`)."""
+    return _CONTROL.sub(lambda m: json.dumps(m.group())[1:-1], text)
+
+
+def field_value(value: object) -> str:
+    """A text access line's value: as it is, or quoted and escaped (logfmt) when it
+    holds anything that could split it or forge another field or line."""
+    text = str(value)
+    return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
+
+
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s%(rid)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         request_id = getattr(record, "request_id", None)
-        record.rid = f" [{request_id}]" if request_id else ""
+        record.rid = f" [{escaped(str(request_id))}]" if request_id else ""
         access = getattr(record, "access", None)
         if access is not None:
-            record.msg = " ".join(f"{k}={v}" for k, v in access.items() if v is not None)
-            record.args = None
+            record.msg = " ".join(
+                f"{k}={field_value(v)}" for k, v in access.items() if v is not None
+            )
+        else:  # a message may carry what a client sent (a model name, a path)
+            record.msg = escaped(record.getMessage())
+        record.args = None
         return super().format(record)
 
 

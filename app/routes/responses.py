@@ -8,6 +8,8 @@ The request's tools that are not served (OpenAI's hosted tools) are named in the
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 from litestar import MediaType, Request, Response, post
 from litestar.response import Stream
@@ -27,6 +29,7 @@ from app.transport.request_body import INLINE_BYTES, read_json
 from engine.offload import off_loop
 
 NOT_SERVED_HEADER = "X-Tools-Not-Served"
+_HEADER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @post("/v1/responses", status_code=200)
@@ -52,8 +55,10 @@ async def create_response(
         response = await _queued(request, background, tenancy, chat, raw)
     else:
         response = await respond(request, responses, tenancy, chat, size)
-    if chat.tools_not_served:
-        response.headers[NOT_SERVED_HEADER] = ",".join(chat.tools_not_served)
+    # Tool types come from the client: only plain names go into the header.
+    names = [name for name in chat.tools_not_served if _HEADER_NAME.fullmatch(name)]
+    if names:
+        response.headers[NOT_SERVED_HEADER] = ",".join(names)
     return response
 
 

@@ -24,7 +24,7 @@ def http_scope(path: str, method: str = "POST") -> Scope:
         "raw_path": path.encode(),
         "root_path": "",
         "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"bench")],
+        "headers": [(b"content-type", b"application/json"), (b"host", b"127.0.0.1")],
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
         "state": {},

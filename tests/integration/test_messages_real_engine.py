@@ -163,7 +163,7 @@ async def test_bad_request_is_the_sdks_error(sdk: anthropic.AsyncAnthropic) -> N
 
 async def test_models_retrieve(real_client: AppClient) -> None:
     client = openai.AsyncOpenAI(
-        base_url="http://test/v1", api_key="unused", http_client=real_client, max_retries=0
+        base_url="http://127.0.0.1/v1", api_key="unused", http_client=real_client, max_retries=0
     )
     model = await client.models.retrieve(MODEL)
     assert model.id == MODEL and model.object == "model"

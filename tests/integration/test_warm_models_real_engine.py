@@ -102,7 +102,7 @@ async def test_the_openai_client_reaches_each_model_by_name(
     http: AppClient, pool: ModelPool
 ) -> None:
     sdk = openai.AsyncOpenAI(
-        base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0
+        base_url="http://127.0.0.1/v1", api_key="unused", http_client=http, max_retries=0
     )
     listed = {m.id: m.model_extra for m in (await sdk.models.list()).data}
     assert listed[DEFAULT_MODEL_NAME]["state"] == "awake"  # type: ignore[index]

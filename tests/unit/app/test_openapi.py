@@ -76,8 +76,9 @@ def test_prompt_logprobs_are_documented() -> None:
     assert set(schemas["PromptLogprob"]["required"]) == {"logprob", "rank", "decoded_token"}
 
 
-# What the fuzzed requests store stays in a scratch folder, not the user's data directory.
-_settings = Settings(data_dir=scratch_data_dir())
+# What the fuzzed requests store stays in a scratch folder, not the user's data directory;
+# schemathesis's in-process client addresses the app as `testserver`.
+_settings = Settings(data_dir=scratch_data_dir(), allowed_hosts=("testserver",))
 _app = create_app(_settings, engine=ScriptedEngine(served_names=("scripted",)))
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 # The coverage phase alone makes thousands of boundary cases (minutes here): the

@@ -47,7 +47,7 @@ async def test_a_client_gone_mid_body_is_a_499_without_a_traceback(
         "query_string": b"",
         "root_path": "",
         "headers": [
-            (b"host", b"test"),
+            (b"host", b"127.0.0.1"),
             (b"content-type", b"application/json"),
             (b"content-length", str(len(BODY)).encode()),
         ],

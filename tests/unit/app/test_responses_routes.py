@@ -531,3 +531,15 @@ async def test_previous_response_id_of_nothing_stored_is_a_404(tmp_path: Path) -
 async def test_unknown_model_is_a_404(client: httpx.AsyncClient) -> None:
     response = await client.post(URL, json=body(model="nope"))
     assert response.status_code == 404 and response.json()["error"]["code"] == "model_not_found"
+
+
+async def test_a_tool_type_that_is_no_plain_name_stays_out_of_the_header() -> None:
+    """A client's tool `type` is copied into the header only when it is a plain name: a
+    line break or a colon there could forge a header of the client's choosing."""
+    engine = StepEngine(THINK_THEN_ANSWER)
+    forged = "web_search\r\nSet-Cookie: session=forged"
+    response = await post(engine, body(tools=[{"type": forged}, {"type": "mcp"}]))
+    assert response.status_code == 200, response.text
+    assert response.headers["x-tools-not-served"] == "mcp"
+    assert "set-cookie" not in response.headers
+    assert response.json()["tools_not_served"] == [forged, "mcp"]  # named in the body

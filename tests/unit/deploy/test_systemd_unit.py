@@ -24,6 +24,8 @@ def test_the_unit_restarts_a_failed_server() -> None:
     service = unit()["Service"]
     assert service["Restart"] == "on-failure"
     assert service["KillSignal"] == "SIGTERM"
+    # SIGTERM to the main process alone, which drains before the engine stops.
+    assert service["KillMode"] == "mixed"
     assert int(service["TimeoutStopSec"]) > 30  # longer than the default grace period
 
 

@@ -23,7 +23,7 @@ async def test_background_ids_have_the_foreground_form(
     async with keyed_app(database, tmp_path / "spool.jsonl") as (http, tenancy):
         _, secret = await new_key(tenancy)
         sdk = openai.AsyncOpenAI(
-            base_url="http://test/v1", api_key=secret, http_client=http, max_retries=0
+            base_url="http://127.0.0.1/v1", api_key=secret, http_client=http, max_retries=0
         )
         foreground = await sdk.responses.create(model="scripted", input="hi")
         background = await sdk.responses.create(model="scripted", input="hi", background=True)

@@ -509,3 +509,28 @@ async def test_a_batch_lines_engine_requests_carry_its_keys_weight(
         )
         assert done["request_counts"]["completed"] == 2, done
     assert [request.weight for request in engine.requests] == [2.5, 2.5]
+
+
+async def test_another_keys_batch_id_as_a_cursor_reads_as_unknown(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """The list's `after` is looked up among the caller's own batches: another key's id
+    pages exactly as an id that does not exist (it tells nothing of the other's batch)."""
+    async with keyed_app(database, tmp_path / "spool.jsonl") as (http, tenancy):
+        key_a, secret_a = await new_key(tenancy)
+        key_b, secret_b = await new_key(tenancy)
+        theirs = await create(http, secret_a, await upload(http, key_a, [chat_line("a")]))
+        mine = [
+            (await create(http, secret_b, await upload(http, key_b, [chat_line(f"b{i}")])))["id"]
+            for i in range(2)
+        ]
+
+        async def page(after: str) -> list[str]:
+            answer = await http.get(
+                "/v1/batches", params={"after": after}, headers=bearer(secret_b)
+            )
+            assert answer.status_code == 200, answer.text
+            return [batch["id"] for batch in answer.json()["data"]]
+
+        assert await page(theirs["id"]) == await page("batch_doesnotexist")
+        assert await page(mine[1]) == [mine[0]]  # its own ids page as before

@@ -72,3 +72,43 @@ def test_configure_json_writes_json_to_stderr(capsys: pytest.CaptureFixture[str]
         "logger": "lilac.test",
         "message": "disk full",
     }
+
+
+FORGED = "/x\nINFO lilac.access: event=access key_id=forged status=200"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_forged_line_in_the_path_stays_one_escaped_field(log_format: str) -> None:
+    request = RequestRecord("rid\r\n3", False, "GET", FORGED, status=404)
+    token = open_record(request)
+    try:
+        fields = logs.access_fields(request, 0.01)
+        formatter = logs.TextFormatter() if log_format == "text" else logs.JsonFormatter()
+        line = formatter.format(_record("lilac.access", "access", access=fields))
+    finally:
+        close_record(token)
+    assert "\n" not in line and "\r" not in line  # one line
+    if log_format == "json":
+        assert json.loads(line)["endpoint"] == FORGED
+        return
+    # The path is one quoted field: the forged `key_id=forged` is inside its quotes.
+    assert f"endpoint={json.dumps(FORGED)}" in line
+    assert " key_id=forged" not in line.replace(json.dumps(FORGED), "")
+    assert "[rid\\r\\n3]" in line  # the request id escaped too
+
+
+def test_a_message_with_control_characters_is_escaped() -> None:
+    record = logging.LogRecord(
+        "lilac.app", logging.WARNING, __file__, 1, "unknown model %s", ("a\nb\x1b[31m",), None
+    )
+    logs.RequestIdFilter().filter(record)
+    line = logs.TextFormatter().format(record)
+    assert "\n" not in line and "\x1b" not in line
+    assert line.endswith("unknown model a\\nb\\u001b[31m")
+
+
+def test_plain_values_stay_unquoted() -> None:
+    assert logs.field_value("/v1/models") == "/v1/models"
+    assert logs.field_value(200) == "200"
+    assert logs.field_value("a b") == '"a b"'
+    assert logs.field_value("") == '""'

@@ -66,7 +66,7 @@ async def files_app(
 
 def client(http: AppClient, secret: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
-        base_url="http://test/v1", api_key=secret, http_client=http, max_retries=0
+        base_url="http://127.0.0.1/v1", api_key=secret, http_client=http, max_retries=0
     )
 
 
@@ -283,7 +283,11 @@ class StreamedUpload:
             "method": "POST", "scheme": "http", "path": "/v1/files", "raw_path": b"/v1/files",
             "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
             "server": ("127.0.0.1", 80),
-            "headers": [(b"content-type", b"multipart/form-data; boundary=b"), *headers],
+            "headers": [
+                (b"host", b"127.0.0.1"),
+                (b"content-type", b"multipart/form-data; boundary=b"),
+                *headers,
+            ],
         }  # fmt: skip
         await app(scope, self.receive, self.send)
 

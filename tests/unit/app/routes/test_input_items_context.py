@@ -33,7 +33,7 @@ async def test_input_items_list_the_context_of_a_chain(
     async with keyed_app(database, tmp_path / "spool.jsonl", engine) as (http, tenancy):
         _, secret = await new_key(tenancy)
         sdk = openai.AsyncOpenAI(
-            base_url="http://test/v1", api_key=secret, http_client=http, max_retries=0
+            base_url="http://127.0.0.1/v1", api_key=secret, http_client=http, max_retries=0
         )
         first = await sdk.responses.create(model="scripted", input="hello")
         second = await sdk.responses.create(

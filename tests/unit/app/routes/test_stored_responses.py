@@ -80,7 +80,7 @@ async def save(store: ResponseStore, owner: str, response_id: str, items: int = 
 
 def sdk(http: AppClient, secret: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
-        base_url="http://test/v1", api_key=secret, http_client=http, max_retries=0
+        base_url="http://127.0.0.1/v1", api_key=secret, http_client=http, max_retries=0
     )
 
 
