@@ -75,7 +75,7 @@ def engine_config(
             raise SystemExit(f"--family: {exc}") from exc
     if settings.tool_call_parser is not None:
         from engine.errors import EngineRequestError
-        from engine.vllm_backend.parsers.tool_calls import structural_tag_model
+        from engine.vllm_backend.tool_calls import structural_tag_model
 
         try:
             structural_tag_model(settings.tool_call_parser)

@@ -43,20 +43,20 @@ from engine.templates import load_template_file
 from engine.tool_use import calls_tools
 from engine.vllm_backend.config import EngineConfig, build_async_llm
 from engine.vllm_backend.encoding import encoder
-from engine.vllm_backend.grammar.gate import GrammarGate, constraint_param
-from engine.vllm_backend.grammar.structured import constraint_for
-from engine.vllm_backend.grammar.warmup import warm_grammars
+from engine.vllm_backend.grammar_gate import GrammarGate, constraint_param
+from engine.vllm_backend.grammar_warmup import warm_grammars
 from engine.vllm_backend.outputs import (
     OutputConversion,
     check_token_ids,
     kv_cache_tokens,
     takes_images,
 )
-from engine.vllm_backend.parsers.reasoning import OutputParsing, RequestParsing
-from engine.vllm_backend.parsers.tool_calls import ToolRequest
 from engine.vllm_backend.prompts import Prompts
+from engine.vllm_backend.reasoning import OutputParsing, RequestParsing
 from engine.vllm_backend.request_stream import Plan, stream_request
+from engine.vllm_backend.structured import constraint_for
 from engine.vllm_backend.tally import OnePrompt
+from engine.vllm_backend.tool_calls import ToolRequest
 
 log = logging.getLogger("lilac.engine")
 

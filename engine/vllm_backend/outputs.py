@@ -10,8 +10,8 @@ from typing import Any
 from engine.errors import EngineRequestError
 from engine.protocol import ChoiceDelta
 from engine.vllm_backend.logprobs import convert_sample_logprobs
-from engine.vllm_backend.parsers.reasoning import RequestParsing
-from engine.vllm_backend.parsers.tool_calls import ToolCallStream, ToolRequest
+from engine.vllm_backend.reasoning import RequestParsing
+from engine.vllm_backend.tool_calls import ToolCallStream, ToolRequest
 
 log = logging.getLogger("lilac.engine")
 

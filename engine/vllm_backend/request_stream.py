@@ -23,7 +23,7 @@ from engine.protocol import (
 )
 from engine.vllm_backend.logprobs import convert_prompt_logprobs, prompt_token_texts
 from engine.vllm_backend.outputs import OutputConversion
-from engine.vllm_backend.parsers.reasoning import RequestParsing
+from engine.vllm_backend.reasoning import RequestParsing
 from engine.vllm_backend.tally import token_count, unread_tokens
 
 

@@ -22,8 +22,8 @@ from engine.checkpoint import default_model_dir
 from engine.families import get as family_named
 from engine.families.base import resolve
 from engine.vllm_backend.outputs import OutputConversion
-from engine.vllm_backend.parsers.reasoning import OutputParsing, RequestParsing
-from engine.vllm_backend.parsers.tool_calls import ToolRequest
+from engine.vllm_backend.reasoning import OutputParsing, RequestParsing
+from engine.vllm_backend.tool_calls import ToolRequest
 from perf.harness.family_model import make_family_checkpoint
 
 PLAIN_TEXT = (

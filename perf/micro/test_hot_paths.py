@@ -69,7 +69,7 @@ def _tool_call_parser() -> Any:
     from transformers import AutoTokenizer
 
     from engine.checkpoint import default_model_dir
-    from engine.vllm_backend.parsers.tool_calls import ToolCallStream, ToolRequest
+    from engine.vllm_backend.tool_calls import ToolCallStream, ToolRequest
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]

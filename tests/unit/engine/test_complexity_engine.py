@@ -24,8 +24,8 @@ from engine.schema_bounds import (
     worst_case_tokens,
 )
 from engine.templates import load_template_file, render_chat
-from engine.vllm_backend.grammar.structured import _parses
 from engine.vllm_backend.outputs import check_token_ids
+from engine.vllm_backend.structured import _parses
 from perf.harness import corpus
 from tests.corpus.growth import assert_linear, swallow
 

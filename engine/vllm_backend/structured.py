@@ -33,7 +33,7 @@ def constraint_for(
 ) -> Any:
     """The structured-output constraint of a request, or None when its output is free.
     `budget_tokens`: the most tokens the output may take (its `max_tokens`)."""
-    from engine.vllm_backend.parsers.tool_calls import ToolRequest, structural_tag
+    from engine.vllm_backend.tool_calls import ToolRequest, structural_tag
 
     tool_call = calls_tools(request.tools, request.tool_choice)
     constraint = request.response_format

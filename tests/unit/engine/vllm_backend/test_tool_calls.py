@@ -9,7 +9,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from engine.checkpoint import default_model_dir
-from engine.vllm_backend.parsers.tool_calls import ToolCallStream, ToolRequest, structural_tag
+from engine.vllm_backend.tool_calls import ToolCallStream, ToolRequest, structural_tag
 
 TOOLS = [
     {
@@ -89,7 +89,7 @@ def test_single_call_when_parallel_is_off() -> None:
 
 def test_structural_tag_models_come_from_vllm_parsers() -> None:
     from engine.errors import EngineRequestError
-    from engine.vllm_backend.parsers.tool_calls import structural_tag_model
+    from engine.vllm_backend.tool_calls import structural_tag_model
 
     assert structural_tag_model("hermes") == "hermes"
     assert structural_tag_model("kimi_k2") == "kimi"
@@ -146,7 +146,7 @@ def test_end_marker_inside_a_string_does_not_end_the_call(tokenizer, split: int)
 
 
 def test_json_object_end() -> None:
-    from engine.vllm_backend.parsers.hermes import json_object_end
+    from engine.vllm_backend.hermes import json_object_end
 
     text = 'x {"a": "}\\"{", "b": {"c": 1}} tail'
     assert text[: json_object_end(text, 0)] == 'x {"a": "}\\"{", "b": {"c": 1}}'

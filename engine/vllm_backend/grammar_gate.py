@@ -17,7 +17,7 @@ time is remembered too, and is not compiled here again: the engine core's own ca
 answers its next uses. An accepted request therefore pays at most about `timeout_s`
 here and as much again in the engine core. Both compilers cache the pieces grammars
 share, and both are warmed at start with the one that costs seconds, the bounded
-string (engine.vllm_backend.grammar.warmup): a verdict measures what the engine core
+string (engine.vllm_backend.grammar_warmup): a verdict measures what the engine core
 will pay.
 
 A compile that outlives its deadline still holds its thread: when every worker is held
@@ -62,7 +62,7 @@ class GrammarGate:
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size or None)
         # One thread: all of a compile's CPU time is on the worker's clock. A cache, like
         # the engine core's: the pieces grammars share (a bounded string) are compiled
-        # once, there as here (engine.vllm_backend.grammar.warmup), so a verdict
+        # once, there as here (engine.vllm_backend.grammar_warmup), so a verdict
         # measures what the engine core will pay.
         self._compiler = xgrammar.GrammarCompiler(
             info, max_threads=1, cache_enabled=True, cache_limit_bytes=CACHE_BYTES

@@ -34,7 +34,7 @@ from engine.errors import EngineRequestError
 from engine.schema_bounds import DEFAULT_CAPS
 
 if TYPE_CHECKING:
-    from engine.vllm_backend.grammar.gate import GrammarGate
+    from engine.vllm_backend.grammar_gate import GrammarGate
 
 log = logging.getLogger("lilac.engine")
 
@@ -57,7 +57,7 @@ def skeletons(tool_parser: str) -> list[Any]:
     as the arguments of a call in `tool_parser`'s format (when it has a grammar)."""
     from vllm.sampling_params import StructuredOutputsParams
 
-    from engine.vllm_backend.parsers.tool_calls import ToolRequest, structural_tag
+    from engine.vllm_backend.tool_calls import ToolRequest, structural_tag
 
     schema = skeleton_schema()
     found = [StructuredOutputsParams(json=json.dumps(schema))]

@@ -12,7 +12,7 @@ import pytest
 from engine import families
 from engine.checkpoint import default_model_dir
 from engine.protocol import GenerateRequest, SamplingOptions
-from engine.vllm_backend.parsers.reasoning import (
+from engine.vllm_backend.reasoning import (
     LeakGuard,
     OutputParsing,
     PlainSplitter,

@@ -14,8 +14,8 @@ import pytest
 
 from engine.checkpoint import default_model_dir
 from engine.errors import AdmissionRejected, EngineRequestError
-from engine.vllm_backend.grammar import gate as grammar_gate
-from engine.vllm_backend.grammar.gate import GrammarGate, grammar_spec
+from engine.vllm_backend import grammar_gate
+from engine.vllm_backend.grammar_gate import GrammarGate, grammar_spec
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def kind(constraint: Any) -> str | None:
 
 
 def tool_call_grammar(parser: str) -> Any:
-    from engine.vllm_backend.parsers.tool_calls import ToolRequest, structural_tag
+    from engine.vllm_backend.tool_calls import ToolRequest, structural_tag
 
     weather = {
         "type": "function",
@@ -192,7 +192,7 @@ async def test_after_the_warm_up_a_tool_call_grammar_compiles_from_the_shared_pi
     # The bounded string is nearly all of a tool-call grammar's compile; the warm-up
     # compiles it once, and each tool grammar after it reuses it (CPU time, compared
     # with a wide margin: measured 3.4-4 s cold against 0.02-0.05 s warm).
-    from engine.vllm_backend.grammar.warmup import skeletons
+    from engine.vllm_backend.grammar_warmup import skeletons
 
     parser = "kimi_k2"
     cold = GrammarGate(tokenizer, None, timeout_s=30.0)
@@ -207,7 +207,7 @@ async def test_after_the_warm_up_a_tool_call_grammar_compiles_from_the_shared_pi
 
 def test_the_skeletons_hold_the_default_string_bound_in_each_format() -> None:
     from engine.schema_bounds import DEFAULT_CAPS
-    from engine.vllm_backend.grammar.warmup import skeletons
+    from engine.vllm_backend.grammar_warmup import skeletons
 
     bound = f'"maxLength": {DEFAULT_CAPS.string}'
     json_only, tagged = skeletons("gemma4"), skeletons("kimi_k2")

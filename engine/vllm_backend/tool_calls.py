@@ -137,7 +137,7 @@ class ToolCallStream:
         )
         parser_class = ToolParserManager.get_tool_parser(parser_name)
         if parser_name == "hermes":
-            from engine.vllm_backend.parsers.hermes import JsonAwareHermesParser
+            from engine.vllm_backend.hermes import JsonAwareHermesParser
 
             parser_class = JsonAwareHermesParser  # a call ends where its JSON closes
         # A list is invariant in mypy's eyes; vLLM only reads it.

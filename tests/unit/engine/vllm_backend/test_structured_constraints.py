@@ -7,7 +7,7 @@ import pytest
 
 from engine.errors import EngineRequestError
 from engine.protocol import StructuredOutput
-from engine.vllm_backend.grammar.structured import other_constraint
+from engine.vllm_backend.structured import other_constraint
 
 
 @pytest.mark.parametrize(
