@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import msgspec
 from litestar import MediaType, Request, Response
@@ -167,3 +168,15 @@ exception_handlers = {
     HTTPException: _http_exception_handler,
     Exception: _any_exception_handler,
 }
+
+
+async def send_error(send: Any, path: str, error: APIError) -> None:
+    """The error's response (app.errors' envelope and headers; Anthropic's shape on its
+    routes), sent without reaching a handler."""
+    body = error_content(error, is_anthropic_path(path))
+    headers = [(b"content-type", b"application/json")]
+    headers.extend(
+        (name.lower().encode(), value.encode()) for name, value in error.headers().items()
+    )
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

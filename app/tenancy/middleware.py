@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.errors import APIError, InvalidKey, KeyStoreUnavailable
-from app.errors.anthropic import is_anthropic_path
-from app.errors.handlers import error_content
+from app.errors import InvalidKey, KeyStoreUnavailable
+from app.errors.handlers import send_error
 from app.tenancy.scope import SCOPE_KEY, SCOPE_LIMIT_HEADERS, SCOPE_TENANCY
 
 if TYPE_CHECKING:
@@ -41,18 +40,6 @@ def credentials(scope: Mapping[str, Any]) -> bytes | None:
     return b"Bearer " + api_key if api_key is not None else None
 
 
-async def _refuse(send: Any, path: str, error: APIError) -> None:
-    """The error's response (app.errors' envelope and headers; Anthropic's shape on its
-    routes), sent without reaching a handler."""
-    body = error_content(error, is_anthropic_path(path))
-    headers = [(b"content-type", b"application/json")]
-    headers.extend(
-        (name.lower().encode(), value.encode()) for name, value in error.headers().items()
-    )
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 class AuthMiddleware:
     def __init__(self, app: Any, tenancy: Tenancy) -> None:
         self.app = app
@@ -67,7 +54,7 @@ class AuthMiddleware:
         try:
             key = await self.tenancy.auth.authenticate(credentials(scope))
         except (InvalidKey, KeyStoreUnavailable) as error:
-            await _refuse(send, path, error)
+            await send_error(send, path, error)
             return
         if key is None:
             await self.app(scope, receive, send)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from app.errors import APIError
-from app.errors.handlers import error_content
+from app.errors.handlers import send_error
 
 OPEN_PATHS = frozenset({"/health", "/health/live"})  # probes address the pod by any name
 
@@ -71,10 +71,6 @@ class HostGuard:
         if scope["type"] == "http" and scope.get("path") not in OPEN_PATHS:
             header = next((v for k, v in scope["headers"] if k == b"host"), None)
             if not self.hosts.allows(header):
-                error = HostNotAllowed()
-                body = error_content(error, False)
-                start = {"type": "http.response.start", "status": error.status_code}
-                await send({**start, "headers": [(b"content-type", b"application/json")]})
-                await send({"type": "http.response.body", "body": body})
+                await send_error(send, scope.get("path", ""), HostNotAllowed())
                 return
         await self.app(scope, receive, send)
