@@ -29,7 +29,8 @@ request lasts about as long as idle_return's 10-s window. The server sends no ch
 a token whose text is held back (an incomplete character), so a finished request's
 chunks are scaled to its `usage.completion_tokens`; the tables show how much the
 chunks listed before that (`tokens in chunks / usage`, 1 when every token came with its
-chunk). Every window opens after `--warmup` seconds of load. The engine's own view
+chunk). Every window opens after `--warmup` seconds of load, once every key has had a
+whole answer. The engine's own view
 (`GET /admin/fairness`: each key's share of the weighted service of the last minute,
 warm-up included) is recorded beside it.
 
@@ -98,6 +99,7 @@ FIRST_S, NEXT_S = 10.0, 20.0  # idle_return's windows after the key comes back
 REQUEST_TIMEOUT_S = 300.0
 SETTLE_TIMEOUT_S = 180.0
 STARTUP_TIMEOUT_S = 900.0
+FLOWING_TIMEOUT_S = 120.0  # for every key's first whole answer, before a window opens
 
 GOAL_EQUAL = (0.45, 0.55)
 GOAL_WEIGHTED = (1.8, 2.2)
@@ -491,6 +493,20 @@ async def prime(host: Host, requests: int = MAX_NUM_SEQS, timeout_s: float = 600
     await host.settle()
 
 
+async def until_flowing(host: Host, groups: list[Streams], timeout_s: float) -> None:
+    """Wait until every key has had a whole answer (at most `timeout_s`): an engine's
+    first steps of a new batch shape (a server just restarted, the first requests with
+    logprobs) can take seconds on a loaded machine, and a window opened then measures
+    that warm-up, not the share."""
+    deadline = time.monotonic() + timeout_s
+    while not all(group.tally.finished for group in groups):
+        check_flowing(groups)
+        if time.monotonic() > deadline:
+            waiting = [g.key.name for g in groups if not g.tally.finished]
+            raise RuntimeError(f"no whole answer in {timeout_s:g} s for {waiting}")
+        await host.wait(0.25)
+
+
 def check_flowing(groups: list[Streams]) -> None:
     """Raise when a key got nothing but errors (a bad request, a dead server)."""
     for group in groups:
@@ -584,6 +600,7 @@ async def shares(
     async with running(*groups):
         await host.wait(warmup)
         check_flowing(groups)
+        await until_flowing(host, groups, FLOWING_TIMEOUT_S)
         start = time.monotonic()
         await host.wait(seconds)
         end = time.monotonic()
