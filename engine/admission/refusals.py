@@ -27,7 +27,7 @@ def queue_timeout(policy: Policy) -> AdmissionRejected:
 
 def drained(machine: StateMachine, now: float) -> Drained:
     return Drained(
-        "The GPU's owner reclaimed it and the grace period ran out: this request was ended.",
+        f"This request was ended: the GPU is handed back ({machine.reason}).",
         retry_after_s=max(1.0, machine.retry_after_s(now)),
     )
 

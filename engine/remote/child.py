@@ -10,8 +10,9 @@ them (`engine_exposition`) when the HTTP process's `/metrics` is scraped.
 Outputs are not sent one by one: each request's task adds its outputs and counts to a
 pending batch, and the first addition of a loop turn schedules one flush at the end of
 that turn (`call_soon`), so one engine step's outputs for every request leave as one
-frame. SIGTERM and SIGINT are the HTTP process's to act on (they reach this process too
-when sent to the process group): it drains, then asks this one to shut down; when the
+frame. SIGTERM and SIGINT are the HTTP process's to act on: this process and the
+engine's own lead a process group of their own, which a signal to the server's group
+does not reach; the HTTP process drains, then asks this one to shut down; when the
 HTTP process goes away however it goes, this one shuts its engine down and exits.
 """
 
@@ -281,9 +282,11 @@ async def run(engine: Engine, main_sock: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> int:
-    # The HTTP process decides when to stop (it drains first); a signal sent to the
-    # whole group must not stop this one under it. (Handlers, unlike SIG_IGN, are not
-    # inherited by the engine's own processes.)
+    # The HTTP process decides when to stop (it drains first). This process leads a
+    # process group of its own (engine.remote.client), so a signal sent to the server's
+    # group does not reach it or the engine's processes; one sent here directly is
+    # ignored too. (Handlers, unlike SIG_IGN, are not inherited by the engine's own
+    # processes.)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     logging.basicConfig(level=os.environ.get("LILAC_ENGINE_PROCESS_LOG_LEVEL", "WARNING"))

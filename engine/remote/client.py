@@ -135,8 +135,16 @@ class RemoteEngine:
         sync_parent, sync_child = socket.socketpair()
         fds = (main_child.fileno(), sync_child.fileno())
         env = {**os.environ, **(self._env or {})}
+        # A process group of its own, which the engine's processes (vLLM's engine core
+        # and workers, whose own handlers stop them on SIGTERM) inherit: a signal sent
+        # to the server's whole group (systemd's default, `kill -TERM -- -PGID`, Ctrl-C)
+        # reaches the HTTP process, which drains and then stops the engine, not the
+        # engine under the requests being drained.
         self._process = subprocess.Popen(
-            [sys.executable, "-m", CHILD_MODULE, *map(str, fds)], pass_fds=fds, env=env
+            [sys.executable, "-m", CHILD_MODULE, *map(str, fds)],
+            pass_fds=fds,
+            env=env,
+            process_group=0,
         )
         main_child.close()
         sync_child.close()
