@@ -66,7 +66,7 @@ TEST_WORKERS ?= 2
 DURATIONS := --durations=25
 # test_model_routing.py stays in the second run: it times a killed replica's expiry in
 # heartbeats, which a busy worker beside it would stretch.
-SCRIPTED_E2E := $(addprefix tests/e2e/,test_fleet.py test_fleet_limits.py \
+SCRIPTED_E2E := $(addprefix tests/e2e/,test_fleet.py test_fleet_limits.py test_slow_bodies.py \
 	test_sigterm_drain.py test_packaging.py)
 PARALLEL_TESTS := tests/unit tests/docs $(SCRIPTED_E2E)
 

@@ -58,6 +58,7 @@ from app.routes.stored_responses import (
 )
 from app.routes.tokenize import detokenize, tokenize
 from app.services.background.setup import build_background
+from app.services.batches.retention import DAY_S, RetentionPurge
 from app.services.batches.setup import build_batches
 from app.services.chat.service import ChatService
 from app.services.completions.service import CompletionService
@@ -72,7 +73,9 @@ from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.storage.responses import ResponseLimits, ResponseStore
 from app.tenancy.middleware import AuthMiddleware
+from app.tenancy.quotas import StoredBytesQuota
 from app.tenancy.service import Tenancy, database_url
+from app.transport.body_reads import BodyReadGuard, BodyReads
 from app.transport.hosts import AllowedHosts, HostGuard
 from app.transport.uploads import FileLimits
 from engine.admission.probes import Probe
@@ -109,6 +112,7 @@ def create_app(
     WarmMetrics(server_metrics.registry, models)
     loop_lag = LoopLagMonitor(server_metrics.registry)
     tenancy = tenancy or Tenancy.from_settings(settings)
+    tenancy.followers.max_per_owner = settings.max_followers_per_key
     if tenancy.fleet is not None:  # this replica's models, published to the others
         tenancy.fleet.serve(models)
     if tenancy.writer is not None:
@@ -117,6 +121,8 @@ def create_app(
     shared_pool = tenancy.writer.database if tenancy.writer is not None else None
     tenant_data = TenantDatabase(database_url(settings), shared_pool)
     response_store = ResponseStore(tenant_data, ResponseLimits.from_settings(settings))
+    # Ended batches and expired files, deleted in bounded steps.
+    retention = RetentionPurge(tenant_data, settings.batch_retention_days * DAY_S)
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -131,6 +137,7 @@ def create_app(
         lag_sampler = asyncio.create_task(loop_lag.run())
         await tenancy.start()
         purger = asyncio.create_task(response_store.purge_forever())  # expired responses
+        file_purger = asyncio.create_task(retention.purge_forever())
         batch_runner.start()
         if handle_sigterm:
             _drain_on_sigterm(admission)
@@ -144,6 +151,7 @@ def create_app(
                 starter.cancel()
             lag_sampler.cancel()
             purger.cancel()
+            file_purger.cancel()
             if watcher is not None:
                 watcher.cancel()
             await batch_runner.close()  # running lines are released for a later run
@@ -157,7 +165,7 @@ def create_app(
     chat = ChatService(models, admission, images)
     completions = CompletionService(models, admission)
     responses = ResponsesService(models, admission, images, ReasoningSeal(settings.data_dir))
-    file_store = FileStore(tenant_data)
+    file_store = FileStore(tenant_data, retention_s=settings.file_retention_days * DAY_S)
     # Batches: deferred work on the capacity interactive requests leave.
     endpoints: dict[str, GenerationService[Any]] = {
         "/v1/chat/completions": chat,
@@ -169,7 +177,7 @@ def create_app(
     )
     # Background responses: the same runner, before batch lines.
     background = build_background(
-        responses, batch_runner, tenant_data, response_store, tenancy.store
+        settings, responses, batch_runner, tenant_data, response_store, tenancy.store
     )
     server_metrics.registry.register(BatchCollector(batch_runner))
     # How each engine shares itself between tenants (/admin/fairness, /metrics).
@@ -187,6 +195,7 @@ def create_app(
         file_store=file_store,
         file_limits=FileLimits(settings.max_file_bytes, settings.max_file_lines),
         response_store=response_store,
+        storage_quota=StoredBytesQuota.from_settings(settings),
         tenancy=tenancy,
         batches=batches,
         batch_runner=batch_runner,
@@ -194,6 +203,8 @@ def create_app(
         fairness=fairness,
     )
     server_metrics.registry.register(FairnessCollector(fairness))
+    # Slow and unfinished request bodies: one set of counts for every route.
+    body_reads = BodyReads(settings.body_read_timeout_s, settings.max_bodies_in_flight_per_client)
     app = Litestar(
         route_handlers=[
             create_chat_completion,
@@ -221,7 +232,7 @@ def create_app(
             admin_batches_router(settings.resolved_admin_key()),
             admin_fairness_router(settings.resolved_admin_key()),
         ],
-        middleware=_middleware(settings, tenancy),
+        middleware=_middleware(settings, tenancy, body_reads),
         dependencies={f.name: _provide(getattr(services, f.name)) for f in fields(Services)},
         # Handlers are typed per exception class; Litestar's mapping type is wider.
         exception_handlers=exception_handlers,  # type: ignore[arg-type]  # see above
@@ -229,7 +240,7 @@ def create_app(
         cors_config=cors_config(settings),
         # For operators that reach the app from outside a request:
         # `metrics.keys.count(key_id, ...)` counts a keyed request (app.observability.metrics).
-        state=State({"metrics": server_metrics}),
+        state=State({"metrics": server_metrics, "body_reads": body_reads}),
         openapi_config=None,
         # Logging is app.observability.logs' (text or JSON, with request ids), not Litestar's.
         logging_config=None,
@@ -271,13 +282,17 @@ def cors_config(settings: Settings) -> CORSConfig | None:
     )
 
 
-def _middleware(settings: Settings, tenancy: Tenancy) -> list[Callable[[Any], Any]]:
-    """Keys first; without keys, the `Host` guard before everything (a page that rebinds
-    a name to this machine gets a 403)."""
+def _middleware(
+    settings: Settings, tenancy: Tenancy, body_reads: BodyReads
+) -> list[Callable[[Any], Any]]:
+    """The bounds on request bodies before anything (a body counts from when the app
+    first has it); then keys; without keys, the `Host` guard before them (a page that
+    rebinds a name to this machine gets a 403)."""
     stack: list[Callable[[Any], Any]] = [lambda app: AuthMiddleware(app, tenancy)]
     if tenancy.mode == "none":
         hosts = AllowedHosts(settings.host, settings.allowed_hosts)
         stack.insert(0, lambda app: HostGuard(app, hosts))
+    stack.insert(0, lambda app: BodyReadGuard(app, body_reads))
     return stack
 
 

@@ -31,6 +31,7 @@ SCENARIOS: dict[str, str] = {
     "paced-stream": "perf.load.paced_stream",
     "profile-server": "perf.load.profile_server",
     "scripted-app": "perf.harness.scripted_app",
+    "slow-bodies": "perf.scenarios.slow_bodies",
     "soak": "perf.soak.run",
     "structured": "perf.scenarios.structured_bench",
     "token-costs": "perf.scenarios.token_costs",

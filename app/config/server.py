@@ -1,6 +1,6 @@
 """The server's flags (the documentation's "server" table): the models and how vLLM runs
 them, the warm pool, tool calls and templates, logging, cross-origin access, and the
-limits on images and uploaded files.
+limits on images, uploaded files and request bodies.
 
 A field's type and default are the setting's; its `Flag` says the rest (see
 `app.config.settings` for how the groups stack into one `Settings`).
@@ -262,3 +262,19 @@ class ServerFlags(msgspec.Struct, kw_only=True, frozen=True):
         int,
         Flag("lines of one uploaded file (a batch's requests); more is refused (400)"),
     ] = 50_000
+    # Request bodies (app.transport.body_reads).
+    body_read_timeout_s: Annotated[
+        float,
+        Flag(
+            "seconds a request body that has not arrived whole may go without a byte; "
+            "past it, 408 `request_timeout` and the connection is closed; `0`: no limit"
+        ),
+    ] = 30.0
+    max_bodies_in_flight_per_client: Annotated[
+        int,
+        Flag(
+            "requests from one client address (each server process) that may be sending "
+            "their body at once; one more gets 429 `too_many_bodies_in_flight` at once "
+            "and its connection is closed; `0`: no limit"
+        ),
+    ] = 64

@@ -61,7 +61,7 @@ class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
     limit_sync_interval_s: Annotated[
         float,
         Flag(
-            "with `--auth keys` on PostgreSQL: seconds between a replica's rounds with the "
+            "with `--auth keys`: seconds between a replica's rounds with the "
             "database that keep each key's limits fleet-wide (its slices of each key's "
             "requests, tokens and concurrency topped up or given back, its heartbeat "
             "renewed); a request short of its slice starts a round at once",
@@ -102,6 +102,32 @@ class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
             default_note="32 MiB",
         ),
     ] = 32 * 1024 * 1024
+    file_retention_days: Annotated[
+        float,
+        Flag(
+            "days an uploaded file (or a batch's output or error file) is kept when its "
+            "upload names no `expires_after`, then deleted (0: kept until deleted)",
+            section="tenants",
+        ),
+    ] = 30.0
+    batch_retention_days: Annotated[
+        float,
+        Flag(
+            "days a batch is kept after it ended, then deleted with its lines and its "
+            "output and error files (a batch not yet ended is never deleted)",
+            section="tenants",
+        ),
+    ] = 30.0
+    max_stored_bytes_per_key: Annotated[
+        int,
+        Flag(
+            "bytes one key may keep stored: its files (batch output and error files "
+            "included) and its stored responses (0: no quota); an upload past it is a 413 "
+            "`storage_quota_exceeded`",
+            section="tenants",
+            default_note="1 GiB",
+        ),
+    ] = 1024 * 1024 * 1024
     max_live_batches: Annotated[
         int,
         Flag(
@@ -110,6 +136,32 @@ class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
             section="tenants",
         ),
     ] = 100
+    max_queued_background_per_key: Annotated[
+        int,
+        Flag(
+            "background responses one key may have queued or in progress (0: no bound); "
+            "creating another is a 429 `too_many_background_responses` until one ends or "
+            "is cancelled",
+            section="tenants",
+        ),
+    ] = 64
+    max_followers_per_key: Annotated[
+        int,
+        Flag(
+            "event streams of background responses (`stream=true`) one key may have open "
+            "at once on one replica (0: no bound); another is a 429 `too_many_followers`",
+            section="tenants",
+        ),
+    ] = 16
+    max_follow_s: Annotated[
+        float,
+        Flag(
+            "seconds one event stream of a background response stays open (0: no bound); "
+            "then it ends with an `error` event `follow_timeout`, and the client reads on "
+            "with `starting_after`",
+            section="tenants",
+        ),
+    ] = 600.0
     batch_concurrency: Annotated[
         int,
         Flag(

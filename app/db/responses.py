@@ -38,6 +38,8 @@ stored_responses = Table(
     Column("response", LargeBinary, nullable=False),
     Column("input_items", LargeBinary, nullable=False),
     Column("output_items", LargeBinary, nullable=False),
-    # Reads are by id (and owner); the purge deletes by age.
+    # Reads are by id (and owner); the purge deletes by age; the stored-bytes quota sums
+    # by owner.
     Index("ix_stored_responses_created_at", "created_at"),
+    Index("ix_stored_responses_owner", "owner"),
 )

@@ -141,6 +141,7 @@ files = Table(
     Column("expires_at", Float, nullable=True),
     Index("ix_files_owner_pk", "owner", "pk"),
     Index("ix_files_status_created_at", "status", "created_at"),
+    Index("ix_files_expires_at", "expires_at"),  # the purge of expired files
 )
 
 file_chunks = Table(

@@ -262,6 +262,48 @@ class StoredTooLarge(APIError):
         )
 
 
+class StorageQuotaExceeded(PayloadTooLarge):
+    """An upload that would take its key (or the anonymous owner) past
+    `--max-stored-bytes-per-key`."""
+
+    def __init__(self, held: int, adding: int, quota: int) -> None:
+        super().__init__(
+            f"This key holds {held} bytes of files and stored responses; this upload of "
+            f"{adding} bytes would pass its quota of {quota} bytes. Free space by deleting "
+            "files (`DELETE /v1/files/{file_id}`) or stored responses "
+            "(`DELETE /v1/responses/{response_id}`).",
+            param="file",
+            code="storage_quota_exceeded",
+        )
+
+
+class TooManyBackgroundResponses(TooManyRequests):
+    """A key (or the anonymous owner) with `--max-queued-background-per-key` background
+    responses queued or running, creating another."""
+
+    def __init__(self, limit: int, retry_after: float) -> None:
+        super().__init__(
+            f"This key has {limit} background responses queued or in progress, the most "
+            "it may have; create another once one has ended, or cancel one first "
+            "(`POST /v1/responses/{id}/cancel`).",
+            retry_after,
+            "too_many_background_responses",
+        )
+
+
+class TooManyFollowers(TooManyRequests):
+    """A key (or the anonymous owner) with `--max-followers-per-key` event streams of
+    background responses open on this replica, opening another."""
+
+    def __init__(self, limit: int, retry_after: float) -> None:
+        super().__init__(
+            f"This key has {limit} event streams of background responses open, the most "
+            "it may have at once; open another once one has ended.",
+            retry_after,
+            "too_many_followers",
+        )
+
+
 class ClientDisconnected(APIError):
     """The client closed the connection before its response began; its work was ended.
     No one reads this answer; 499 (nginx's "client closed request") marks it in logs."""
@@ -271,3 +313,39 @@ class ClientDisconnected(APIError):
 
     def __init__(self) -> None:
         super().__init__("The client closed the connection.", code="client_disconnected")
+
+
+# Sent with an answer given before the body was read whole: the connection cannot carry
+# another request (the rest of the body would be read as one), so it is closed.
+_CLOSE = {"Connection": "close"}
+
+
+class BodyReadTimeout(APIError):
+    """A request body that stopped arriving: no byte for the read timeout."""
+
+    status_code = 408
+    error_type = "invalid_request_error"
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            f"The request body did not arrive whole: no byte came for {timeout_s:g} seconds.",
+            code="request_timeout",
+        )
+
+    def headers(self) -> dict[str, str]:
+        return dict(_CLOSE)
+
+
+class TooManyBodies(TooManyRequests):
+    """A client already sending as many request bodies as the server reads from one."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"This client is already sending {limit} request bodies, the most this server "
+            "reads from one client at once; finish those first.",
+            1,
+            code="too_many_bodies_in_flight",
+        )
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), **_CLOSE}

@@ -16,7 +16,8 @@ ERRORS = {
     "403": "No admin key configured",
     "404": "Unknown model, file or route, or a stored response unknown, expired or another key's",
     "409": "The model's state refuses the operator's change (pinned, busy, yielded)",
-    "413": "An upload over `--max-file-bytes`, refused as it streams in",
+    "413": "An upload over `--max-file-bytes`, refused as it streams in, or past the key's "
+    "`--max-stored-bytes-per-key`",
     "415": "A body of the wrong media type",
     "429": "Over the client's fair share of the queue (`Retry-After`)",
     "500": "Engine failure",

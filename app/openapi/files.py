@@ -13,6 +13,9 @@ FILE_UPLOAD: dict[str, Any] = {
     "properties": {
         "file": {"type": "string", "format": "binary"},
         "purpose": {"type": "string", "enum": ["batch"]},
+        # OpenAI's form fields for `expires_after` (without them: --file-retention-days).
+        "expires_after[anchor]": {"type": "string", "enum": ["created_at"]},
+        "expires_after[seconds]": {"type": "integer", "minimum": 3600, "maximum": 2592000},
     },
     "required": ["file", "purpose"],
 }
@@ -21,8 +24,8 @@ ROUTES = (
     Route(
         "post",
         "/v1/files",
-        "Upload a file (multipart: `file`, `purpose` `batch`); a batch file is checked "
-        "line by line",
+        "Upload a file (multipart: `file`, `purpose` `batch`, optionally `expires_after`); "
+        "a batch file is checked line by line; past the key's stored-bytes quota a 413",
         FILE_UPLOAD,
         FileWire,
         body_media="multipart/form-data",

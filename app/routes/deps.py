@@ -25,6 +25,7 @@ from app.services.responses.service import ResponsesService
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.storage.responses import ResponseStore
+from app.tenancy.quotas import StoredBytesQuota
 from app.tenancy.service import Tenancy
 from app.transport.uploads import FileLimits
 from engine.admission.runtime import AdmissionController
@@ -44,6 +45,7 @@ RegistryDep = Annotated[CollectorRegistry, _app_wide]  # parameter `registry`
 FileStoreDep = Annotated[FileStore, _app_wide]  # parameter `file_store`
 FileLimitsDep = Annotated[FileLimits, _app_wide]  # parameter `file_limits`
 ResponseStoreDep = Annotated[ResponseStore, _app_wide]  # parameter `response_store`
+StorageQuotaDep = Annotated[StoredBytesQuota, _app_wide]  # parameter `storage_quota`
 BackgroundDep = Annotated[BackgroundService, _app_wide]  # parameter `background`
 TenancyDep = Annotated[Tenancy, _app_wide]  # parameter `tenancy`: keys, limits, usage
 
@@ -65,6 +67,7 @@ class Services:
     file_store: FileStore
     file_limits: FileLimits
     response_store: ResponseStore
+    storage_quota: StoredBytesQuota
     tenancy: Tenancy
     batches: BatchService
     batch_runner: DeferredRunner

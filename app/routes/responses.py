@@ -15,15 +15,15 @@ from litestar import MediaType, Request, Response, post
 from litestar.response import Stream
 
 from app.routes.deps import BackgroundDep, ResponsesDep, ResponseStoreDep, TenancyDep
-from app.routes.event_stream import EventStream
-from app.routes.respond import SSE_HEADERS, respond
+from app.routes.follow import followed, follower_slot
+from app.routes.respond import respond
 from app.schemas.responses import InputItem, ResponsesRequest, responses_request_decoder
 from app.services.generation.deferred import as_key
 from app.services.responses.deferred import converted, history
 from app.services.responses.request import ResponsesChatRequest
 from app.services.responses.sealing import ReasoningSeal
-from app.storage.database import owner_of
 from app.tenancy.consumes import Consumes
+from app.tenancy.scope import owner_of
 from app.tenancy.service import Tenancy, request_key
 from app.transport.request_body import INLINE_BYTES, read_json
 from engine.offload import off_loop
@@ -76,14 +76,20 @@ async def _queued(
     raw: bytes,
 ) -> Response[bytes] | Stream:
     """`background: true`: the response stored `queued` and run on spare capacity; with
-    `stream: true`, its events as they are stored."""
+    `stream: true`, its events as they are stored (a follower: app.routes.follow)."""
     key = request_key(request)
     as_key(chat, key)  # a model the key may not use: 404 now
     tenancy.refuse_if_elsewhere(key, chat.model)  # served by another replica: 429 now
     if key is not None:  # one of the key's requests per minute (429 past them)
         await tenancy.admit(key, Consumes("/v1/responses", chat.model))
-    queued = await background.create(chat, raw, key if tenancy.mode == "keys" else None)
     if not chat.source.stream:
+        queued = await background.create(chat, raw, key if tenancy.mode == "keys" else None)
         return Response(msgspec.json.encode(queued), media_type=MediaType.JSON)
-    events = await background.replay(chat.owner, queued.id, -1)
-    return EventStream(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    slot = follower_slot(request)  # before the create: a refused stream queues nothing
+    try:
+        queued = await background.create(chat, raw, key if tenancy.mode == "keys" else None)
+        events = await background.replay(chat.owner, queued.id, -1)
+    except BaseException:
+        slot.release()
+        raise
+    return followed(events, slot)

@@ -2,7 +2,8 @@
 background response POST /v1/responses/{id}/cancel and GET /v1/responses/{id}?stream=true
 (its events again, `starting_after` a sequence number): a key's own stored responses.
 Another key's response, an expired one and an unknown id are the same 404
-`response_not_found`."""
+`response_not_found`. A stream holds one of the key's follower slots while it is open
+(app.routes.follow)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,10 @@ from litestar.response import Stream
 
 from app.errors import InvalidRequest
 from app.routes.deps import BackgroundDep, ResponseStoreDep
-from app.routes.event_stream import EventStream
-from app.routes.respond import SSE_HEADERS
+from app.routes.follow import followed, follower_slot
 from app.schemas.stored_responses import InputItemList, ItemId, ResponseDeleted
-from app.storage.database import owner_of
 from app.storage.responses import StoredResponse
+from app.tenancy.scope import owner_of
 from app.tenancy.service import request_key
 
 MAX_PAGE = 100
@@ -50,8 +50,13 @@ async def retrieve_response(
     if not stream:
         stored = await response_store.get(_owner(request), response_id)
         return Response(stored.response, media_type=MediaType.JSON)
-    events = await background.replay(_owner(request), response_id, after)
-    return EventStream(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    slot = follower_slot(request)  # before any work: past the key's bound, a 429
+    try:
+        events = await background.replay(_owner(request), response_id, after)
+    except BaseException:
+        slot.release()
+        raise
+    return followed(events, slot)
 
 
 @post("/v1/responses/{response_id:str}/cancel", status_code=200)

@@ -12,10 +12,6 @@ import asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import ensure_data_dir, open_database, sqlite_path
-from app.tenancy.keys.store import KeyRecord
-
-# The owner of what a request stores when no key authenticated it (`--auth none`).
-ANONYMOUS_OWNER = "anonymous"
 
 
 class TenantDatabase:
@@ -54,8 +50,3 @@ class TenantDatabase:
         """Close the pool this object opened (`owned`: not one handed in and shared)."""
         if self._engine is not None and owned:
             await self._engine.dispose()
-
-
-def owner_of(key: KeyRecord | None) -> str:
-    """Whose data a request reads and writes: its key's, or the anonymous owner's."""
-    return key.id if key is not None else ANONYMOUS_OWNER

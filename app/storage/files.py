@@ -9,7 +9,16 @@ it `processed` and only then can it be seen. A write that fails removes what it 
 cut by a crash is removed by a later write once `STALE_UPLOAD_S` have passed.
 
 Reads go a chunk at a time (`lines`, `content`): a file is never whole in memory. Every
-read names its owner: another owner's file is `FileNotFound`, as an unknown one is.
+read names its owner: another owner's file is `FileNotFound`, as an unknown one is, and
+so is a file past its `expires_at`, from that second on (its rows are deleted later, in
+bounded steps: app.storage.file_purge). Only `lines`, what a batch reads its input
+with, still reads an expired file the purge has kept for a batch not yet ended.
+
+An upload under a quota (app.tenancy.quotas) reserves its bytes in the row it starts
+with, and checks the owner's bytes in the same transaction, after taking the write lock
+(SQLite: the insert takes the file's one write lock; PostgreSQL: a transaction lock per
+owner): concurrent uploads of one owner are checked one after the other, each seeing
+the others' reservations, so together they never pass the quota.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 
-from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -87,10 +96,14 @@ class FileStore:
         *,
         chunk_bytes: int = CHUNK_BYTES,
         clock: Callable[[], float] = time.time,
+        retention_s: float = 0.0,
     ) -> None:
+        """`retention_s`: how long a file is kept when its creator names no expiry (0:
+        until deleted)."""
         self.database = database
         self.chunk_bytes = chunk_bytes
         self._clock = clock
+        self.retention_s = retention_s
 
     async def create(
         self,
@@ -100,15 +113,26 @@ class FileStore:
         content: bytes,
         *,
         line_count: int | None = None,
+        expires_after_s: float | None = None,
+        size: int = 0,
+        quota: Callable[[int], None] | None = None,
     ) -> FileObject:
-        """A file of `content`; `line_count` when the caller counted them already."""
+        """A file of `content`; `line_count` when the caller counted them already; the
+        rest as `create_from_chunks`."""
 
         async def pieces() -> AsyncIterator[bytes]:
             for start in range(0, len(content), self.chunk_bytes):
                 yield content[start : start + self.chunk_bytes]
 
         return await self.create_from_chunks(
-            owner, purpose, filename, pieces(), line_count=line_count
+            owner,
+            purpose,
+            filename,
+            pieces(),
+            line_count=line_count,
+            expires_after_s=expires_after_s,
+            size=size,
+            quota=quota,
         )
 
     async def create_from_lines(
@@ -154,31 +178,33 @@ class FileStore:
         *,
         line_count: int | None = None,
         file_id: str | None = None,
+        expires_after_s: float | None = None,
+        size: int = 0,
+        quota: Callable[[int], None] | None = None,
     ) -> FileObject:
         """A file whose content is `chunks` joined (of any sizes: they are regrouped
-        into chunks of `chunk_bytes`)."""
+        into chunks of `chunk_bytes`), expiring `expires_after_s` after its creation (None:
+        the store's retention). `size`: the bytes to reserve (the content's, when known
+        before it is written); `quota`: called with the bytes of the owner's other files,
+        reservations included, before any content is written (it raises to refuse)."""
         now = self._clock()
         await self._remove_stale(now)
         file_id = file_id or new_file_id()
         name = filename[:FILENAME_CHARS]
-        async with self._connection(write=True) as conn:
-            result = await conn.execute(
-                insert(files).values(
-                    id=file_id,
-                    owner=owner,
-                    purpose=purpose,
-                    filename=name,
-                    bytes=0,
-                    line_count=0,
-                    chunks=0,
-                    status=UPLOADING,
-                    created_at=now,
-                    expires_at=None,
-                )
-            )
-            inserted = result.inserted_primary_key
-            assert inserted is not None  # an insert of one row has its key
-            pk = int(inserted[0])
+        expires_at = self._expires_at(now, expires_after_s)
+        row = {
+            "id": file_id,
+            "owner": owner,
+            "purpose": purpose,
+            "filename": name,
+            "bytes": size,
+            "line_count": 0,
+            "chunks": 0,
+            "status": UPLOADING,
+            "created_at": now,
+            "expires_at": expires_at,
+        }
+        pk = await self._reserve(row, now, quota)
         try:
             size, counted, chunk_count = await self._write_chunks(pk, chunks)
             async with self._connection(write=True) as conn:
@@ -202,7 +228,40 @@ class FileStore:
             filename=name,
             purpose=purpose,
             line_count=counted if line_count is None else line_count,
+            expires_at=None if expires_at is None else int(expires_at),
         )
+
+    def _expires_at(self, now: float, expires_after_s: float | None) -> float | None:
+        ttl = self.retention_s if expires_after_s is None else expires_after_s
+        return now + ttl if ttl > 0 else None
+
+    async def _reserve(
+        self, row: dict[str, object], now: float, quota: Callable[[int], None] | None
+    ) -> int:
+        """Insert the `uploading` row; with a `quota`, check it in the same transaction
+        (see the module's docstring for why that is race-safe). The row's primary key."""
+        async with self._connection(write=True) as conn:
+            if quota is not None and conn.dialect.name == "postgresql":
+                lock = func.pg_advisory_xact_lock(func.hashtext("lilac-files:" + str(row["owner"])))
+                await conn.execute(select(lock))
+            result = await conn.execute(insert(files).values(**row))
+            inserted = result.inserted_primary_key
+            assert inserted is not None  # an insert of one row has its key
+            pk = int(inserted[0])
+            if quota is not None:
+                held = select(func.coalesce(func.sum(files.c.bytes), 0)).where(
+                    files.c.owner == row["owner"], files.c.pk != pk, _live(now)
+                )
+                quota(int((await conn.execute(held)).scalar_one()))  # raising rolls back
+        return pk
+
+    async def held_bytes(self, owner: str) -> int:
+        """The bytes of `owner`'s files not expired, uploads under way included."""
+        statement = select(func.coalesce(func.sum(files.c.bytes), 0)).where(
+            files.c.owner == owner, _live(self._clock())
+        )
+        async with self._connection() as conn:
+            return int((await conn.execute(statement)).scalar_one())
 
     async def _write_chunks(self, pk: int, chunks: AsyncIterable[bytes]) -> tuple[int, int, int]:
         """Write `chunks` regrouped; (bytes, non-blank lines, chunks written). Each byte
@@ -244,27 +303,29 @@ class FileStore:
             raise StorageUnavailable() from exc
 
     async def get(self, owner: str, file_id: str) -> FileObject:
-        """The file, if `owner`'s and whole; else `FileNotFound`."""
+        """The file, if `owner`'s, whole and not expired; else `FileNotFound`."""
         row = await self._row(owner, file_id)
         return _object(row)
 
-    async def _row(self, owner: str, file_id: str) -> Row[tuple[object, ...]]:
+    async def _row(
+        self, owner: str, file_id: str, *, expired_too: bool = False
+    ) -> Row[tuple[object, ...]]:
+        conditions = [files.c.id == file_id, files.c.owner == owner, files.c.status == PROCESSED]
+        if not expired_too:
+            conditions.append(_live(self._clock()))
         async with self._connection() as conn:
-            row = (
-                await conn.execute(
-                    select(files).where(
-                        files.c.id == file_id, files.c.owner == owner, files.c.status == PROCESSED
-                    )
-                )
-            ).first()
+            row = (await conn.execute(select(files).where(*conditions))).first()
         if row is None:
             raise FileNotFound(file_id)
         return row
 
-    async def content(self, owner: str, file_id: str) -> AsyncIterator[bytes]:
+    async def content(
+        self, owner: str, file_id: str, *, expired_too: bool = False
+    ) -> AsyncIterator[bytes]:
         """The raw content, a stored chunk at a time (each read on its own, so a large
-        file is never whole in memory nor a long read transaction)."""
-        row = await self._row(owner, file_id)
+        file is never whole in memory nor a long read transaction); `expired_too`: also
+        of a file past its expiry that is not yet purged."""
+        row = await self._row(owner, file_id, expired_too=expired_too)
         pk, count = row._mapping["pk"], int(row._mapping["chunks"])
         for seq in range(count):
             async with self._connection() as conn:
@@ -281,9 +342,10 @@ class FileStore:
 
     async def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]:
         """The non-blank lines, without their line endings, streamed (as many as the
-        file's `line_count`)."""
+        file's `line_count`). A batch reads its input with this: a file that expired
+        while a batch uses it is kept for it (app.storage.file_purge), and read."""
         splitter = LineSplitter()
-        async for chunk in self.content(owner, file_id):
+        async for chunk in self.content(owner, file_id, expired_too=True):
             for _, line in splitter.feed(chunk):
                 yield line
         last = splitter.finish()
@@ -296,7 +358,7 @@ class FileStore:
         """`owner`'s files, newest first (`order` "desc") or oldest first ("asc"), after
         the file `after` in that order (`FileNotFound` with param `after` for an id
         that is not the owner's), at most `limit`."""
-        conditions = [files.c.owner == owner, files.c.status == PROCESSED]
+        conditions = [files.c.owner == owner, files.c.status == PROCESSED, _live(self._clock())]
         if purpose is not None:
             conditions.append(files.c.purpose == purpose)
         descending = order != "asc"
@@ -342,3 +404,8 @@ class FileStore:
             pks = list(stale)
         for pk in pks:
             await self._remove(pk)
+
+
+def _live(now: float) -> ColumnElement[bool]:
+    """A file not expired at `now`."""
+    return or_(files.c.expires_at.is_(None), files.c.expires_at > now)

@@ -160,6 +160,23 @@ class ResponseStore:
         continue it stay, but can no longer be continued (their chain misses it)."""
         await self._guarded(lambda: self._delete(owner, response_id))
 
+    async def stored_bytes(self, owner: str) -> int:
+        """The bytes the owner's responses not yet expired hold (each one's body and its
+        input and output items), for the stored-bytes quota: one indexed sum (`length`
+        of a binary column reads its size, not its content, on both backends)."""
+        return await self._guarded(lambda: self._stored_bytes(owner))
+
+    async def _stored_bytes(self, owner: str) -> int:
+        if not self.database.exists():
+            return 0  # a read does not create the database
+        size = func.coalesce(func.sum(_table.c.items_bytes + func.length(_table.c.response)), 0)
+        statement = select(size).where(
+            _table.c.owner == owner, _table.c.created_at >= self._cutoff()
+        )
+        engine = await self.database.engine()
+        async with engine.connect() as conn:
+            return int((await conn.execute(statement)).scalar_one())
+
     async def _guarded(self, work: Callable[[], Awaitable[T]]) -> T:
         """`work` against the database: once more on a pooled connection that died with a
         database since restarted (the pool is emptied by then); `DatabaseUnavailable`

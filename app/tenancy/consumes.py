@@ -2,10 +2,13 @@
 
 Every keyed route says what it takes in one `Consumes` and hands it to one call:
 `Tenancy.admit` for a request answered now (the generation routes, `/tokenize`,
-`count_tokens`, creating a background response or a batch), `DeferredLimits.hold` for
-deferred work run later (a batch line, a background response's run). The call checks
-the model against the key, reserves what the key's limits bound, and for a request that
-generates returns the meter that settles and bills it exactly once.
+`count_tokens`, creating a background response or a batch, the Files API's uploads and
+reads; an upload's stored bytes are app.tenancy.quotas'), `DeferredLimits.hold` for
+deferred work run later (a batch line, a background response's run), `Tenancy.follow`
+for an event stream of a background response (`follower`: it holds a connection open,
+and one of its owner's follower slots, until it ends). The call checks the model
+against the key, reserves what the key's limits bound, and for a request that generates
+returns the meter that settles and bills it exactly once.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ class Consumes:
     tokens: int = 0  # reserved against the key's tokens per minute, settled at the end
     slots: int = 0  # requests it runs at once in the engine (0: it generates nothing)
     n: int = 1  # choices a prompt, for the usage row
+    follower: bool = False  # an event stream held open: one of the owner's follower slots
 
     @property
     def generates(self) -> bool:

@@ -3,7 +3,8 @@ the usage writer, and `begin`, which turns one generation request into a metered
 (its meter: app.tenancy.meter).
 
 Only `--auth keys` uses the database: it meters every generation request and enforces
-each key's limits. `none` and `static` touch no database and record no usage.
+each key's limits. `none` and `static` touch no database and record no usage. Every
+mode bounds each owner's open event streams (`follow`: app.tenancy.followers).
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
 from app.db.engine import create_engine, default_url, sqlite_path
-from app.errors import ModelNotFound, ModelNotHere, TooManyRequests
+from app.errors import ModelNotFound, ModelNotHere, TooManyFollowers, TooManyRequests
 from app.observability import context
 from app.tenancy.consumes import Consumes
 from app.tenancy.fleet.limits import SYNC_INTERVAL_S, FleetLimiter
 from app.tenancy.fleet.models import HEARTBEAT_S, FleetModels
+from app.tenancy.followers import Followers, FollowerSlot
 from app.tenancy.keys.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticKeys
 from app.tenancy.keys.store import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
 from app.tenancy.meter import RequestMeter, refusal_reason
-from app.tenancy.scope import SCOPE_KEY, SCOPE_TENANCY
+from app.tenancy.scope import ANONYMOUS_OWNER, SCOPE_KEY, SCOPE_TENANCY
 from app.tenancy.usage.writer import UsageWriter
 
 SPOOL_FILE = "usage-spool.jsonl"
@@ -100,6 +102,8 @@ class Tenancy:
         self.writer = writer
         self.limiter: RateLimiter = limiter or Limiter()
         self.fleet = fleet  # the models of every replica sharing the keys database
+        # The event streams each owner holds open here (its bound: `create_app` sets it).
+        self.followers = Followers()
 
     @property
     def mode(self) -> str:
@@ -133,15 +137,14 @@ class Tenancy:
         limit_sync_s: float = SYNC_INTERVAL_S,
         fleet_heartbeat_s: float = HEARTBEAT_S,
     ) -> Tenancy:
-        """Keys, usage and limits on `engine`. On PostgreSQL, which replicas share, a
-        key's limits hold across all of them (app.tenancy.fleet.limits); on SQLite,
-        one server's, they count in this process. With `fleet_heartbeat_s` over 0, the
-        replicas on it publish their models to each other (app.tenancy.fleet.models)."""
+        """Keys, usage and limits on `engine`. A key's limits hold across every replica
+        sharing the database, PostgreSQL or a SQLite file on one host
+        (app.tenancy.fleet.limits; one server alone is a fleet of one). With
+        `fleet_heartbeat_s` over 0, the replicas on it publish their models to each
+        other (app.tenancy.fleet.models)."""
         store = KeyStore(engine)
         auth = DatabaseKeys(store, outage_s=outage_s)
-        limiter: RateLimiter | None = None
-        if engine.dialect.name == "postgresql":
-            limiter = FleetLimiter.for_engine(engine, limit_sync_s)
+        limiter: RateLimiter = FleetLimiter.for_engine(engine, limit_sync_s)
         fleet = FleetModels(engine, interval_s=fleet_heartbeat_s) if fleet_heartbeat_s > 0 else None
         writer = UsageWriter(engine, spool, store)
         return cls(auth, store=store, writer=writer, limiter=limiter, fleet=fleet)
@@ -228,6 +231,20 @@ class Tenancy:
         if self.writer is not None:
             self.writer.refuse(key.id, refusal_reason(exc), time.time())
         return TooManyRequests(exc.message, exc.retry_after_s, "rate_limit_exceeded")
+
+    def follow(self, key: KeyRecord | None, consumes: Consumes) -> FollowerSlot:
+        """The admission of an event stream held open (`consumes.follower`): one of its
+        owner's follower slots, given back when the stream ends; past
+        `--max-followers-per-key` a 429 `too_many_followers`, counted as the key's
+        refusal. A keyless server's anonymous owner is one tenant. It takes none of the
+        key's requests per minute: reading a stored response never has."""
+        assert consumes.follower, consumes
+        try:
+            return self.followers.take(key.id if key is not None else ANONYMOUS_OWNER)
+        except TooManyFollowers as exc:
+            if key is not None and self.writer is not None:
+                self.writer.refuse(key.id, exc.code or "too_many_followers", time.time())
+            raise
 
     def _admitted(self, meter: RequestMeter, reservation: Reservation) -> RequestMeter:
         meter.reservation = reservation

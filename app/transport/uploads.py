@@ -32,7 +32,9 @@ SPOOL_MEMORY_BYTES = 1024 * 1024
 # A refused upload's bytes still read and dropped so that its client sees the 413.
 DRAIN_BYTES = 16 * 1024 * 1024
 READ_BYTES = 1024 * 1024
-MAX_FIELD_BYTES = 64  # `purpose`
+MAX_FIELD_BYTES = 64  # a text field (`purpose`, `expires_after[...]`)
+# The form's text fields read besides the file; any other part is ignored.
+TEXT_FIELDS = ("purpose", "expires_after[anchor]", "expires_after[seconds]")
 MAX_PARTS = 16
 _DISCONNECTED = "client disconnected prematurely"
 
@@ -46,12 +48,14 @@ class FileLimits:
 @dataclass
 class Upload:
     """A read upload: the file (in `spool`, `size` bytes, `lines` non-blank lines), its
-    name, and the `purpose` field; `None` for what the form did not carry."""
+    name, and the `purpose` field; `None` for what the form did not carry. `fields`: the
+    other text fields read (`TEXT_FIELDS`), by name."""
 
     spool: IO[bytes]
     filename: str | None = None
     has_file: bool = False
     purpose: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
     size: int = 0
     lines: int = 0
     _counter: LineCounter = field(default_factory=LineCounter)
@@ -92,7 +96,7 @@ class FormReader:
     def __init__(self, upload: Upload, limits: FileLimits) -> None:
         self.upload = upload
         self.limits = limits
-        self.part: str | None = None  # "file", "purpose", or None: a part ignored
+        self.part: str | None = None  # "file", a text field's name, or None: a part ignored
         self.field = bytearray()
 
     def feed(self, parser: PushMultipartParser, chunk: bytes) -> None:
@@ -112,8 +116,8 @@ class FormReader:
             self.upload.has_file = True
             self.upload.filename = segment.filename or "upload"
             self.part = "file"
-        elif segment.name == "purpose":
-            self.part = "purpose"
+        elif segment.name in TEXT_FIELDS:
+            self.part = segment.name
             self.field = bytearray()
         else:
             self.part = None
@@ -127,18 +131,22 @@ class FormReader:
             if upload._counter.feed(chunk) > self.limits.max_lines:
                 raise _too_many_lines(self.limits)
             upload.spool.write(chunk)
-        elif self.part == "purpose":
+        elif self.part is not None:
             self.field += chunk
             if len(self.field) > MAX_FIELD_BYTES:
-                raise InvalidRequest("The `purpose` field is too long.", param="purpose")
+                raise InvalidRequest(f"The `{self.part}` field is too long.", param=self.part)
 
     def end(self) -> None:
         if self.part == "file":
             self.upload.lines = self.upload._counter.finish()
             if self.upload.lines > self.limits.max_lines:
                 raise _too_many_lines(self.limits)
-        elif self.part == "purpose":
-            self.upload.purpose = self.field.decode("utf-8", "replace").strip()
+        elif self.part is not None:
+            value = self.field.decode("utf-8", "replace").strip()
+            if self.part == "purpose":
+                self.upload.purpose = value
+            else:
+                self.upload.fields[self.part] = value
         self.part = None
 
 

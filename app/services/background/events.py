@@ -9,7 +9,9 @@ number it has, then waits for the next batch (woken at once on this replica, pol
 for runs on another), and ends once the response is final and every event is sent. A
 run cut before its end is discarded and the next run starts again from 0: a follower
 that had read the cut run's events gets an `error` event (`response_restarted`) and its
-stream ends; reading again from the start gives the new run's events."""
+stream ends; reading again from the start gives the new run's events. A follower open
+for `--max-follow-s` ends with an `error` event (`follow_timeout`) naming the last event
+it sent, to read on from with `starting_after`: the response itself goes on."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ POLL_S = 0.5  # a follower's look at the database when nothing woke it
 READ_PAGE = 256
 FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 RESTARTED = "response_restarted"
+FOLLOW_TIMEOUT = "follow_timeout"
 
 
 class _Data(msgspec.Struct):
@@ -156,6 +159,26 @@ def restarted_frame(seq: int) -> bytes:
     )
 
 
+def follow_timeout_frame(seq: int, max_s: float, last: int) -> bytes:
+    """The end of a follower open for `max_s`: where to read on from (`last`, the last
+    event it sent; -1: none yet)."""
+    again = (
+        f"`stream=true&starting_after={last}`"
+        if last >= 0
+        else "`stream=true` (no event was sent yet)"
+    )
+    return event_frame(
+        ErrorEvent(
+            FOLLOW_TIMEOUT,
+            f"This event stream was open for {max_s:g} seconds, the most one may be; the "
+            f"response goes on. Reconnect with {again} to read the events after the last "
+            "one sent.",
+            None,
+            seq,
+        )
+    )
+
+
 async def follow(
     events: EventStore,
     hub: EventHub,
@@ -163,10 +186,14 @@ async def follow(
     response_id: str,
     after: int = -1,
     poll_s: float = POLL_S,
+    max_s: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[bytes]:
     """The response's events numbered after `after`, as they are stored, until it is
-    final (or deleted: `status` gives None) and all are sent. Each read starts at the
+    final (or deleted: `status` gives None) and all are sent, or for at most `max_s`
+    seconds (0: no bound), then a `follow_timeout` error event. Each read starts at the
     last event sent, so a discarded run shows as that event gone or changed."""
+    deadline = clock() + max_s if max_s > 0 else None
     last, attempt = after, None
     while True:
         rows = await events.read(response_id, max(last, 0), READ_PAGE)
@@ -192,4 +219,10 @@ async def follow(
             if not fresh:  # nothing new since the response was final: all is sent
                 return
             continue
-        await hub.wait(response_id, poll_s)
+        wait_s = poll_s
+        if deadline is not None:
+            wait_s = min(poll_s, deadline - clock())
+            if wait_s <= 0:  # checked only between reads: no event is ever cut in two
+                yield follow_timeout_frame(last + 1, max_s, last)
+                return
+        await hub.wait(response_id, wait_s)

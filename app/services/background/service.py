@@ -2,7 +2,10 @@
 written, the runner woken), cancel one, read its events again.
 
 Every operation names its owner: another key's response is the same 404 as an unknown
-one (`ResponseNotFound`), so a key can neither read, stream nor cancel another's."""
+one (`ResponseNotFound`), so a key can neither read, stream nor cancel another's. An
+owner has at most `max_queued` background responses queued or in progress (a 429
+`too_many_background_responses` past them), and a stream of one's events lasts at most
+`max_follow_s`."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import msgspec
 from app.db.deferred import JOB_ID_CHARS
 from app.deferred.runner import DeferredRunner
 from app.deferred.store import CANCELLED, DeferredStore, Job
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, TooManyBackgroundResponses
 from app.observability import context
 from app.schemas.responses_output import Response
 from app.services.background.events import FINAL_STATUSES, EventHub, follow
@@ -28,6 +31,8 @@ from app.storage.responses import ResponseStore, StoredResponse
 from app.tenancy.keys.store import KeyRecord
 
 CANCEL_WAIT_S = 5.0  # how long a cancel waits for a running response to stop
+# A background response takes seconds to minutes: a key at its bound can try again soon.
+QUEUED_RETRY_AFTER_S = 10.0
 _encoder = msgspec.json.Encoder()
 
 
@@ -58,6 +63,8 @@ class BackgroundService:
         hub: EventHub,
         handler: BackgroundResponses,
         runner: DeferredRunner | None = None,
+        max_queued: int = 0,
+        max_follow_s: float = 0.0,
     ) -> None:
         self.store = store
         self.responses = responses
@@ -66,6 +73,11 @@ class BackgroundService:
         self.hub = hub
         self.handler = handler
         self.runner = runner
+        self.max_queued = max_queued  # per owner, queued or in progress (0: no bound)
+        self.max_follow_s = max_follow_s  # one stream of events, at most (0: no bound)
+        # Counting an owner's queued responses and adding one is one step per replica,
+        # so that many creations at once cannot all pass the count.
+        self._creating = asyncio.Lock()
 
     def _request_id(self) -> str:
         """The engine request id a foreground response of this HTTP request would have
@@ -92,6 +104,28 @@ class BackgroundService:
         generation = self.responses.generation(chat, self._request_id())
         chat.response_id = generation.id  # every run keeps it
         queued = generation.response("queued", [], None)
+        async with self._creating:
+            await self._refuse_over_bound(chat.owner)
+            await self._save(chat, queued, raw, key, now)
+        if self.runner is not None:
+            self.runner.wake()
+        return queued
+
+    async def _refuse_over_bound(self, owner: str) -> None:
+        if self.max_queued <= 0:
+            return
+        if await self.store.count_jobs(KIND, owner, RUNNABLE) >= self.max_queued:
+            raise TooManyBackgroundResponses(self.max_queued, QUEUED_RETRY_AFTER_S)
+
+    async def _save(
+        self,
+        chat: ResponsesChatRequest,
+        queued: Response,
+        raw: bytes,
+        key: KeyRecord | None,
+        now: float,
+    ) -> None:
+        """The stored response and its job (with its one line: the request as sent)."""
         await self.response_store.save(
             StoredResponse(
                 id=queued.id,
@@ -122,9 +156,6 @@ class BackgroundService:
         except BaseException:
             await self.response_store.delete(chat.owner, queued.id)
             raise
-        if self.runner is not None:
-            self.runner.wake()
-        return queued
 
     async def _background(
         self, owner: str, response_id: str, param: str
@@ -194,4 +225,4 @@ class BackgroundService:
         async def status() -> str | None:
             return await self.response_store.status(owner, response_id)
 
-        return follow(self.events, self.hub, status, response_id, after)
+        return follow(self.events, self.hub, status, response_id, after, max_s=self.max_follow_s)

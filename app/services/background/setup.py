@@ -4,6 +4,7 @@ service."""
 
 from __future__ import annotations
 
+from app.config.settings import Settings
 from app.deferred.runner import DeferredRunner
 from app.services.background.events import EventHub
 from app.services.background.runs import BackgroundResponses
@@ -16,6 +17,7 @@ from app.tenancy.keys.store import KeyStore
 
 
 def build_background(
+    settings: Settings,
     responses: ResponsesService,
     runner: DeferredRunner,
     database: TenantDatabase,
@@ -28,4 +30,14 @@ def build_background(
         runner.store, responses, response_store, events, hub, keys, runner.replica, runner.limits
     )
     runner.handlers[handler.kind] = handler
-    return BackgroundService(runner.store, responses, response_store, events, hub, handler, runner)
+    return BackgroundService(
+        runner.store,
+        responses,
+        response_store,
+        events,
+        hub,
+        handler,
+        runner,
+        max_queued=settings.max_queued_background_per_key,
+        max_follow_s=settings.max_follow_s,
+    )

@@ -31,8 +31,8 @@ from app.schemas.batches import (
 )
 from app.services.batches.input import BATCH_ENDPOINTS
 from app.services.batches.jobs import KIND, Files
-from app.storage.database import owner_of
 from app.tenancy.keys.store import KeyRecord
+from app.tenancy.scope import owner_of
 
 INPUT_PURPOSE = "batch"
 # The states of a batch not yet ended: what `max_live_batches` bounds per key.

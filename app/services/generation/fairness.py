@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from app.schemas.fairness import EngineSteps, FairnessList, ModelFairness, TenantFairness
 from app.services.generation.sampling import resolve_model
-from app.storage.database import ANONYMOUS_OWNER
+from app.tenancy.scope import ANONYMOUS_OWNER
 from engine.fairness import (
     SHARES_DIR_ENV,
     StepTimes,

@@ -1,16 +1,19 @@
-"""The fleet's shared rate-limit state in PostgreSQL: one row per key (the requests
-and tokens buckets every replica draws from), one per replica (its heartbeat) and one
-per key and replica (the concurrency slots it holds).
+"""The fleet's shared rate-limit state in the keys database (PostgreSQL, or a SQLite
+file the replicas of one host share): one row per key (the requests and tokens buckets
+every replica draws from), one per replica (its heartbeat) and one per key and replica
+(the concurrency slots it holds).
 
 A replica talks to it in rounds (`exchange`): one transaction that renews its
 heartbeat, counts the live replicas, and for each key it asks about refills the key's
-buckets, grants or takes back units and sets the slots it holds. The key's row is
-locked for the round (`FOR UPDATE`, in key order so rounds never deadlock), so two
-replicas never grant the same unit or slot.
+buckets, grants or takes back units and sets the slots it holds. On PostgreSQL the
+key's row is locked for the round (`FOR UPDATE`, in key order so rounds never
+deadlock); on SQLite the round's first statement (the heartbeat, a write) takes the
+file's one write lock for the whole transaction. Either way two replicas never grant
+the same unit or slot.
 
-The tables are UNLOGGED and made by the first replica that needs them: they hold
-counters that live a minute, not records. A PostgreSQL crash empties them, which
-refills every bucket, as restarting a single server does.
+The tables are made by the first replica that needs them: they hold counters that
+live a minute, not records (UNLOGGED on PostgreSQL: a crash empties them, which
+refills every bucket, as restarting a single server does).
 
 Times are the replicas' clocks (seconds since the epoch). A bucket's stamp only moves
 forward, so a replica whose clock runs ahead refills a bucket early at most once, by
@@ -22,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
+from sqlalchemy import BindParameter, bindparam, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 WINDOW_S = 60.0  # the limits are per minute
@@ -32,15 +35,16 @@ SCHEMA_LOCK_ID = 0x6C696C6164  # any fixed number: replicas creating the tables 
 FORGET_S = 300.0
 
 _SCHEMA = (
-    "CREATE UNLOGGED TABLE IF NOT EXISTS lilac_limit_buckets ("
+    "CREATE {unlogged} TABLE IF NOT EXISTS lilac_limit_buckets ("
     " key_id text PRIMARY KEY, requests double precision, tokens double precision,"
     " stamp double precision NOT NULL)",
-    "CREATE UNLOGGED TABLE IF NOT EXISTS lilac_limit_replicas ("
+    "CREATE {unlogged} TABLE IF NOT EXISTS lilac_limit_replicas ("
     " replica_id text PRIMARY KEY, expires_at double precision NOT NULL)",
-    "CREATE UNLOGGED TABLE IF NOT EXISTS lilac_limit_slots ("
+    "CREATE {unlogged} TABLE IF NOT EXISTS lilac_limit_slots ("
     " key_id text NOT NULL, replica_id text NOT NULL, slots integer NOT NULL,"
     " PRIMARY KEY (key_id, replica_id))",
 )
+_KEYS: BindParameter[list[str]] = bindparam("keys", expanding=True)
 
 
 @dataclass(slots=True)
@@ -101,15 +105,21 @@ class LimitStore:
         self.engine = engine
         self.replica_id = replica_id
         self._schema_ready = False
+        self._postgresql = engine.dialect.name == "postgresql"
 
     async def _ensure_schema(self, conn: AsyncConnection) -> None:
-        await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": SCHEMA_LOCK_ID})
+        if self._postgresql:  # SQLite's write lock already makes replicas take turns
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": SCHEMA_LOCK_ID})
+        unlogged = "UNLOGGED" if self._postgresql else ""
         for statement in _SCHEMA:
-            await conn.execute(text(statement))
+            await conn.execute(text(statement.format(unlogged=unlogged)))
 
     async def exchange(self, now: float, ttl_s: float, asks: list[Ask]) -> Round:
         """One round; raises whatever the database raises (the caller falls back)."""
         async with self.engine.begin() as conn:
+            # Writes first (the tables, the heartbeat): on SQLite the first takes the
+            # write lock for the whole round (a read first would have to upgrade its
+            # lock, which fails at once when another replica holds it).
             if not self._schema_ready:
                 await self._ensure_schema(conn)
             replicas = await self._heartbeat(conn, now, ttl_s)
@@ -139,8 +149,8 @@ class LimitStore:
         )
         await conn.execute(
             text(
-                "DELETE FROM lilac_limit_slots s USING lilac_limit_replicas r "
-                "WHERE s.replica_id = r.replica_id AND r.expires_at < :old"
+                "DELETE FROM lilac_limit_slots WHERE replica_id IN "
+                "(SELECT replica_id FROM lilac_limit_replicas WHERE expires_at < :old)"
             ),
             {"old": now - FORGET_S},
         )
@@ -154,17 +164,17 @@ class LimitStore:
         keys = [a.key_id for a in asks]
         await conn.execute(
             text(
-                "INSERT INTO lilac_limit_buckets (key_id, stamp) "
-                "SELECT k, :now FROM unnest(CAST(:keys AS text[])) AS k "
+                "INSERT INTO lilac_limit_buckets (key_id, stamp) VALUES (:k, :now) "
                 "ON CONFLICT (key_id) DO NOTHING"
             ),
-            {"keys": keys, "now": now},
+            [{"k": key, "now": now} for key in keys],
         )
+        lock = " FOR UPDATE" if self._postgresql else ""
         rows = await conn.execute(
             text(
                 "SELECT key_id, requests, tokens, stamp FROM lilac_limit_buckets "
-                "WHERE key_id = ANY(CAST(:keys AS text[])) ORDER BY key_id FOR UPDATE"
-            ),
+                f"WHERE key_id IN :keys ORDER BY key_id{lock}"
+            ).bindparams(_KEYS),
             {"keys": keys},
         )
         buckets = {row[0]: (row[1], row[2], row[3]) for row in rows}
@@ -172,9 +182,9 @@ class LimitStore:
             text(
                 "SELECT s.key_id, sum(s.slots) FROM lilac_limit_slots s "
                 "JOIN lilac_limit_replicas r ON r.replica_id = s.replica_id "
-                "WHERE s.key_id = ANY(CAST(:keys AS text[])) AND s.replica_id <> :me "
+                "WHERE s.key_id IN :keys AND s.replica_id <> :me "
                 "AND r.expires_at > :now GROUP BY s.key_id"
-            ),
+            ).bindparams(_KEYS),
             {"keys": keys, "me": self.replica_id, "now": now},
         )
         held_elsewhere = {row[0]: int(row[1]) for row in others}

@@ -1,4 +1,5 @@
-"""Per-key limits that hold across every replica sharing a PostgreSQL keys database.
+"""Per-key limits that hold across every replica sharing a keys database (PostgreSQL,
+or a SQLite file the servers of one host share; a server alone is a fleet of one).
 
 Each key's requests and tokens per minute are one token bucket in the database
 (app.tenancy.fleet.limit_store), and its concurrent requests one count of slots. A replica
@@ -64,7 +65,7 @@ WAIT_S = 1.0  # the longest a request waits for a round to top its slice up
 
 
 class FleetLimiter:
-    """The `RateLimiter` of replicas sharing a PostgreSQL database."""
+    """The `RateLimiter` of a server with a keys database, shared or not."""
 
     def __init__(
         self,
@@ -141,7 +142,10 @@ class FleetLimiter:
         if refusal is None:
             return self._take(state, key_id, tokens, slots)
         if self.alone or last or refusal.retry_after_s > 0:
-            raise _with_retry(refusal)
+            try:
+                raise _with_retry(refusal)
+            finally:  # the raised error's traceback holds this frame: no cycle back
+                del refusal
         return None
 
     async def acquire_request(self, key_id: str, limits: KeyLimits) -> None:
@@ -158,7 +162,10 @@ class FleetLimiter:
                 return
             refusal = self._bucket_refusal(lease, 1, now, rpm_message(lease.capacity))
             if self.alone or attempt or refusal.retry_after_s > 0:
-                raise _with_retry(refusal)
+                try:
+                    raise _with_retry(refusal)
+                finally:  # the raised error's traceback holds this frame: no cycle back
+                    del refusal
             await self._await_round()
 
     def _shortfall(

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from sqlalchemy import inspect
 
-from app.storage.database import ANONYMOUS_OWNER, TenantDatabase, owner_of
+from app.storage.database import TenantDatabase
 from app.tenancy.keys.store import KeyLimits, KeyRecord
+from app.tenancy.scope import ANONYMOUS_OWNER, owner_of
 
 
 def test_nothing_is_created_until_first_use(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""Fleet-wide limits on a real PostgreSQL server: several `FleetLimiter`s in one
-process stand for replicas (each with its own connection pool and replica id), on one
-database. Time is a shared fake clock, so a minute of flooding takes seconds; the
-rounds with the database are real."""
+"""Fleet-wide limits on a real PostgreSQL server and on one SQLite file: several
+`FleetLimiter`s in one process stand for replicas (each with its own connection pool and
+replica id), on one database. Time is a shared fake clock, so a minute of flooding takes
+seconds; the rounds with the database are real."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.db.engine import async_url
+from app.db.engine import async_url, create_engine
 from app.tenancy.fleet.limit_store import LimitStore
 from app.tenancy.fleet.limits import FleetLimiter
 from app.tenancy.keys.store import KeyLimits
@@ -42,8 +42,24 @@ def own_pg() -> Iterator[TempPostgres]:
     pg.stop()
 
 
+@pytest.fixture(params=["postgresql", "sqlite"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database of each kind replicas share (SQLite: a file on one host)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/lilac.db"
+        from app.db.engine import open_database
+
+        await (await open_database(url)).dispose()  # made and migrated, as a server does
+        return url
+    return await pg_database_url(request.getfixturevalue("own_pg"))
+
+
 @pytest.fixture
-async def database_url(own_pg: TempPostgres) -> str:
+async def pg_url(own_pg: TempPostgres) -> str:
+    return await pg_database_url(own_pg)
+
+
+async def pg_database_url(own_pg: TempPostgres) -> str:
     name = f"f{next(_numbers)}"
     admin = create_async_engine(async_url(own_pg.url()), isolation_level="AUTOCOMMIT")
     async with admin.connect() as conn:
@@ -60,7 +76,7 @@ def clock() -> FakeClock:
 async def fleet(
     url: str, replicas: int, clock: FakeClock, start: bool = True
 ) -> AsyncIterator[tuple[list[FleetLimiter], list[AsyncEngine]]]:
-    engines = [create_async_engine(async_url(url)) for _ in range(replicas)]
+    engines = [create_engine(url) for _ in range(replicas)]
     limiters = [
         FleetLimiter(LimitStore(e, f"r{i}"), sync_interval_s=0.05, clock=clock)
         for i, e in enumerate(engines)
@@ -189,11 +205,11 @@ async def test_concurrent_requests_hold_across_replicas(
 
 
 async def test_a_replica_that_loses_the_store_counts_its_share_alone(
-    database_url: str, clock: FakeClock, own_pg: TempPostgres
+    pg_url: str, clock: FakeClock, own_pg: TempPostgres
 ) -> None:
     limits = KeyLimits(rpm=60, max_concurrent=4)
     fresh = KeyLimits(rpm=60)
-    async for limiters, _ in fleet(database_url, 2, clock):
+    async for limiters, _ in fleet(pg_url, 2, clock):
         await flood(limiters, limits, clock, 5.0)  # in use, slices leased
         own_pg.halt()
         try:
@@ -245,22 +261,17 @@ async def test_replicas_count_each_other_and_a_leaving_one_stops_counting(
         assert limiters[0].replicas == 1
 
 
-async def test_postgresql_keys_get_the_fleets_limiter_and_sqlite_keys_the_servers(
+async def test_every_keys_database_gets_the_fleets_limiter(
     database_url: str, tmp_path: Path
 ) -> None:
     from app.db.engine import open_database
     from app.tenancy.service import Tenancy
 
-    shared = Tenancy.with_database(await open_database(database_url), tmp_path / "a.jsonl")
-    alone = Tenancy.with_database(
-        await open_database(f"sqlite:///{tmp_path}/lilac.db"), tmp_path / "b.jsonl"
-    )
+    tenancy = Tenancy.with_database(await open_database(database_url), tmp_path / "a.jsonl")
     try:
-        assert isinstance(shared.limiter, FleetLimiter)
-        assert isinstance(alone.limiter, Limiter)
+        assert isinstance(tenancy.limiter, FleetLimiter)
     finally:
-        for tenancy in (shared, alone):
-            await tenancy.close()
+        await tenancy.close()
 
 
 async def test_a_key_without_limits_costs_no_round(database_url: str, clock: FakeClock) -> None:
