@@ -1,12 +1,14 @@
-"""Two real server processes with `--auth keys` on one real PostgreSQL server: a key's
-requests per minute hold across both (not twice over), under a flood of real HTTP
-clients on both; and with the database stopped each still refuses past its share.
+"""Two real server processes with `--auth keys` on one real PostgreSQL server, and two
+on one SQLite file: a key's requests per minute hold across both (not twice over),
+under a flood of real HTTP clients on both; and with PostgreSQL stopped each still
+refuses past its share.
 
 The servers run the scripted engine (seconds to start): the limits are the HTTP side's."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -54,12 +56,29 @@ def fleet(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[TempPostgres, list[str], str]]:
     pg = start_postgres()
-    folder = tmp_path_factory.mktemp("fleet-limits")
+    try:
+        with _replicas(pg.url(), tmp_path_factory.mktemp("fleet-limits")) as (urls, secret):
+            yield pg, urls, secret
+    finally:
+        pg.stop()
+
+
+@pytest.fixture(scope="module")
+def sqlite_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str], str]]:
+    """Two replicas of one host sharing one SQLite file."""
+    folder = tmp_path_factory.mktemp("fleet-limits-sqlite")
+    with _replicas(f"sqlite:///{folder}/lilac.db", folder) as replicas:
+        yield replicas
+
+
+@contextlib.contextmanager
+def _replicas(url: str, folder: Path) -> Iterator[tuple[list[str], str]]:
+    """Two replicas on the database at `url`, ready, and a key of `RPM` on it."""
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        secret = asyncio.run(_make_key(pg.url()))
+        secret = asyncio.run(_make_key(url))
         ports = [free_port(), free_port()]
-        processes = [_start(pg.url(), p, folder / f"replica-{p}.log") for p in ports]
+        processes = [_start(url, p, folder / f"replica-{p}.log") for p in ports]
         urls = [f"http://127.0.0.1:{p}" for p in ports]
         deadline = time.monotonic() + 300
         for url, process in zip(urls, processes, strict=True):
@@ -72,13 +91,12 @@ def fleet(
                     pass
                 assert time.monotonic() < deadline, "replica not ready"
                 time.sleep(0.3)
-        yield pg, urls, secret
+        yield urls, secret
     finally:
         for process in processes:
             process.terminate()
         for process in processes:
             process.wait(timeout=30)
-        pg.stop()
 
 
 def _flood(urls: list[str], secret: str, seconds: float, clients: int = 3) -> dict[str, list[int]]:
@@ -106,10 +124,8 @@ def _flood(urls: list[str], secret: str, seconds: float, clients: int = 3) -> di
     return statuses
 
 
-def test_a_keys_requests_per_minute_hold_across_two_replicas(
-    fleet: tuple[TempPostgres, list[str], str],
-) -> None:
-    pg, urls, secret = fleet
+def _holds_across(urls: list[str], secret: str) -> None:
+    """A flood on both replicas gets what one server would allow, not twice that."""
     seconds = 6.0
     started = time.monotonic()
     statuses = _flood(urls, secret, seconds)
@@ -123,6 +139,19 @@ def test_a_keys_requests_per_minute_hold_across_two_replicas(
     assert sum(allowed.values()) <= one_server + RPM * 0.05 + 2
     assert sum(allowed.values()) >= RPM * 0.9
     assert all(count > 0 for count in allowed.values())
+
+
+def test_a_keys_requests_per_minute_hold_across_two_replicas_on_one_sqlite_file(
+    sqlite_fleet: tuple[list[str], str],
+) -> None:
+    _holds_across(*sqlite_fleet)
+
+
+def test_a_keys_requests_per_minute_hold_across_two_replicas(
+    fleet: tuple[TempPostgres, list[str], str],
+) -> None:
+    pg, urls, secret = fleet
+    _holds_across(urls, secret)
 
     # The database stops: each replica counts its share alone, never unlimited.
     pg.halt()
