@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import fields
@@ -41,6 +42,7 @@ from app.routes.admin.batches import admin_batches_router
 from app.routes.admin.fairness import admin_fairness_router
 from app.routes.admin.keys import admin_keys_router
 from app.routes.admin.models import admin_models_router
+from app.routes.admin.prices import admin_prices_router
 from app.routes.batches import batch_routes
 from app.routes.chat import create_chat_completion
 from app.routes.completions import create_completion
@@ -58,13 +60,13 @@ from app.routes.stored_responses import (
 )
 from app.routes.tokenize import detokenize, tokenize
 from app.services.background.setup import build_background
+from app.services.batches.lines import LineService
 from app.services.batches.retention import DAY_S, RetentionPurge
 from app.services.batches.setup import build_batches
 from app.services.chat.service import ChatService
 from app.services.completions.service import CompletionService
 from app.services.generation.admission import build_controller
 from app.services.generation.fairness import FairnessView
-from app.services.generation.service import GenerationService
 from app.services.images.service import ImageLimits, ImageLoader
 from app.services.messages.service import MessagesService
 from app.services.responses.sealing import ReasoningSeal
@@ -73,6 +75,7 @@ from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.storage.responses import ResponseLimits, ResponseStore
 from app.tenancy.middleware import AuthMiddleware
+from app.tenancy.prices.seeds import parse_seeds
 from app.tenancy.quotas import StoredBytesQuota
 from app.tenancy.service import Tenancy, database_url
 from app.transport.body_reads import BodyReadGuard, BodyReads
@@ -113,6 +116,8 @@ def create_app(
     loop_lag = LoopLagMonitor(server_metrics.registry)
     tenancy = tenancy or Tenancy.from_settings(settings)
     tenancy.followers.max_per_owner = settings.max_followers_per_key
+    tenancy.currency = settings.currency
+    tenancy.price_seeds = parse_seeds(settings.price, at=time.time())  # written at start
     if tenancy.fleet is not None:  # this replica's models, published to the others
         tenancy.fleet.serve(models)
     if tenancy.writer is not None:
@@ -167,7 +172,7 @@ def create_app(
     responses = ResponsesService(models, admission, images, ReasoningSeal(settings.data_dir))
     file_store = FileStore(tenant_data, retention_s=settings.file_retention_days * DAY_S)
     # Batches: deferred work on the capacity interactive requests leave.
-    endpoints: dict[str, GenerationService[Any]] = {
+    endpoints: dict[str, LineService] = {
         "/v1/chat/completions": chat,
         "/v1/completions": completions,
         "/v1/responses": responses,
@@ -231,6 +236,7 @@ def create_app(
             *batch_routes,
             admin_batches_router(settings.resolved_admin_key()),
             admin_fairness_router(settings.resolved_admin_key()),
+            admin_prices_router(settings.resolved_admin_key()),
         ],
         middleware=_middleware(settings, tenancy, body_reads),
         dependencies={f.name: _provide(getattr(services, f.name)) for f in fields(Services)},

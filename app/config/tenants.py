@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from app.config.admission import AdmissionFlags
-from app.config.flag import Flag, comma_names
+from app.config.flag import Flag, comma_names, one_name
 
 
 class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
@@ -215,3 +215,23 @@ class TenantFlags(AdmissionFlags, kw_only=True, frozen=True):
             default_doc="host name and process id",
         ),
     ] = None
+    currency: Annotated[
+        str,
+        Flag(
+            "the currency of the models' prices and of the usage rows' cost (one per "
+            "server; a label: amounts are never converted)",
+            section="tenants",
+        ),
+    ] = "USD"
+    price: Annotated[
+        tuple[str, ...],
+        Flag(
+            "`MODEL=IN/CACHED/OUT`: a served model's price per million input, cached-input "
+            "and output tokens, written at start only when the model has no price yet "
+            "(with `--auth keys`); repeatable",
+            section="tenants",
+            default_doc="none",
+            parse=one_name,
+            repeatable=True,
+        ),
+    ] = ()

@@ -1,5 +1,5 @@
 """The tenancy tables, in SQLAlchemy Core: API keys, metered usage, the usage rows the
-database refused (dead letters) and the counts of refused requests.
+database refused (dead letters), the counts of refused requests and the models' prices.
 
 Alembic's migrations (app/db/migrations) create and change them; these
 definitions are what the code reads and writes, and what autogenerate compares.
@@ -85,6 +85,10 @@ usage = Table(
     Column("client_request_id", String(CLIENT_REQUEST_ID_CHARS), nullable=True),
     # The batch a row's work belongs to (NULL: an interactive request).
     Column("batch_id", String(64), nullable=True),
+    # What the row costs, in micro-units of the server's currency, at the prices in
+    # force when its request started (NULL: written before prices were kept, or
+    # while the prices could not be read).
+    Column("cost_micros", BigInteger, nullable=True),
     Index("ix_usage_created_at", "created_at"),
     Index("ix_usage_key_id_created_at", "key_id", "created_at"),
 )
@@ -114,6 +118,22 @@ usage_refusals = Table(
     Column("day", String(10), nullable=False),
     Column("count", BigInteger().with_variant(Integer, "sqlite"), nullable=False),
     Index("ix_usage_refusals_minute", "minute"),
+)
+
+# The price of each served model, per million tokens in micro-units of the server's
+# currency (1,000,000 a unit), one row per change: the row in force at a time is the
+# model's latest whose `effective_from` is not after it, so a change never reprices
+# what was served before it. Batch work is discounted by `batch_discount` percent.
+prices = Table(
+    "prices",
+    metadata,
+    Column("model", String(MODEL_CHARS), primary_key=True),
+    Column("effective_from", Float, primary_key=True),
+    Column("input_micros", BigInteger, nullable=False),
+    Column("cached_input_micros", BigInteger, nullable=False),
+    Column("output_micros", BigInteger, nullable=False),
+    Column("batch_discount", Integer, nullable=False, server_default="50"),
+    Column("created_at", Float, nullable=False),
 )
 
 # Files (the Files API): one row per file, its content in `file_chunks` rows of about a

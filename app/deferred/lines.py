@@ -26,6 +26,7 @@ from app.deferred.records import (
     held_by,
 )
 from app.storage.database import TenantDatabase
+from app.tenancy.prices.store import price_in, record_cost
 from app.tenancy.usage.records import UsageRecord, record_row
 
 
@@ -290,7 +291,12 @@ async def _bill_run(conn: AsyncConnection, job_id: str, seq: int, record: UsageR
 
 
 async def _insert_usage(conn: AsyncConnection, record: UsageRecord) -> None:
-    """The row, once: a run billed already (its id is unique to it) is not billed again."""
+    """The row, once: a run billed already (its id is unique to it) is not billed again.
+    Its cost is the price in force when the run started, read in the same transaction
+    (a batch line's with the batch discount)."""
+    if record.cost_micros is None:
+        price = await price_in(conn, record.model, record.created_at)
+        record.cost_micros = record_cost(price, record)
     dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     statement = dialect_insert(usage).on_conflict_do_nothing(index_elements=["request_id"])
     await conn.execute(statement.values(**record_row(record)))

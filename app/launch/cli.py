@@ -1,4 +1,5 @@
-"""The `lilac-serve` command: `serve` (the default), `prepare-model`, `keys` and `usage`."""
+"""The `lilac-serve` command: `serve` (the default), `prepare-model`, `keys`, `usage` and
+`prices`."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "prepare-model":
         return prepare_model()
-    if args.command in ("keys", "usage"):
+    if args.command in ("keys", "usage", "prices"):
         from app.tenancy.cli import run
 
         return run(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.openapi.common import MODEL_ID, STATUS_OBJECT, Route
 from app.routes.admin.keys import KeyChanges
 from app.schemas.fairness import FairnessList
+from app.schemas.prices import PriceChange
 
 ADMIN_ERRORS = ("400", "401", "403")
 KEY_ID = ("key_id", "path", {"type": "string"})
@@ -111,5 +112,22 @@ ROUTES = (
             ("since", "query", {"type": "string"}),
             ("until", "query", {"type": "string"}),
         ),
+    ),
+    Route(
+        "get",
+        "/admin/prices",
+        "The models' prices in force (?all=true: every change) (admin key)",
+        ok=STATUS_OBJECT,
+        errors=ADMIN_ERRORS,
+        params=(("all", "query", {"type": "boolean"}),),
+    ),
+    Route(
+        "put",
+        "/admin/prices/{model_id}",
+        "Set a model's price per million tokens, from now or `effective_from` (admin key)",
+        PriceChange,
+        STATUS_OBJECT,
+        errors=(*ADMIN_ERRORS, "404"),
+        params=(MODEL_ID,),
     ),
 )

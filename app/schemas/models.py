@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
+
+from app.schemas.prices import ModelPricing, TopProvider
 
 
 class ModelCard(Struct):
@@ -18,6 +20,11 @@ class ModelCard(Struct):
     # `loading`, `awake`, `waking` or `asleep`: a request for a sleeping model wakes it.
     state: str | None = None
     object: Literal["model"] = "model"
+    # OpenRouter's fields: the context window, the most one request may generate and,
+    # for a model with a price, the price of one token (left out without one).
+    context_length: int | None = None
+    top_provider: TopProvider | None = None
+    pricing: ModelPricing | UnsetType = UNSET
 
 
 class ModelList(Struct):

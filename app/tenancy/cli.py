@@ -1,5 +1,6 @@
-"""`lilac-serve keys ...` and `lilac-serve usage ...`: the operator's side of tenants,
-straight on the database (the server need not run); and the start-up check of `serve`."""
+"""`lilac-serve keys ...`, `lilac-serve usage ...` and `lilac-serve prices ...`
+(app.tenancy.prices.cli): the operator's side of tenants, straight on the database (the
+server need not run); and the start-up check of `serve`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from app.config.settings import Settings
 from app.config.sources import settings_from
@@ -22,8 +23,11 @@ from app.tenancy.keys.store import (
     KeyNotFound,
     KeyRecord,
     KeyStore,
+    LimitChanges,
     check_weight,
 )
+from app.tenancy.prices import cli as prices_cli
+from app.tenancy.prices.seeds import parse_seeds
 from app.tenancy.report import (
     FORMATS,
     GROUPS,
@@ -122,7 +126,7 @@ def _limit_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
     )
 
 
-def add_commands(commands: Any) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keys = commands.add_parser("keys", help="create, list, update and revoke API keys")
     actions = keys.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="make a key; prints it once")
@@ -144,6 +148,19 @@ def add_commands(commands: Any) -> None:
     report.add_argument("--by", choices=tuple(GROUPS), default="key")
     report.add_argument("--format", choices=FORMATS, default="table")
     _database_flags(report)
+    _currency_flag(report)
+    for parser in prices_cli.add_command(commands):
+        _database_flags(parser)
+        _currency_flag(parser)
+
+
+def _currency_flag(parser: argparse.ArgumentParser) -> None:
+    # Unset here: `_currency` falls back to LILAC_CURRENCY, as `serve` does.
+    parser.add_argument("--currency", help="the prices' currency (default USD) [LILAC_CURRENCY]")
+
+
+def _currency(args: argparse.Namespace) -> str:
+    return settings_from(argparse.Namespace(currency=args.currency)).currency
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -160,7 +177,7 @@ def _url(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     handler: Callable[[argparse.Namespace], Awaitable[None]]
-    handler = _usage if args.command == "usage" else _keys
+    handler = {"usage": _usage, "prices": _prices}.get(args.command, _keys)
     try:
         asyncio.run(handler(args))
     except (DatabaseError, KeyNotFound, ValueError) as exc:
@@ -232,7 +249,8 @@ async def _keys(args: argparse.Namespace) -> None:
             print(f"revoked {record.id} ({record.name})")
         else:
             fields = ("rpm", "tpm", "max_concurrent", "priority", "models", "weight")
-            changes = {f: getattr(args, f) for f in fields if hasattr(args, f)}
+            # The flags' parsers (`_limit_flags`) give each its `KeyLimits` type.
+            changes = cast(LimitChanges, {f: getattr(args, f) for f in fields if hasattr(args, f)})
             group = {"cache_group": args.cache_group} if hasattr(args, "cache_group") else {}
             record = await store.update(args.id, changes, **group)
             print(json.dumps(record.public()))
@@ -244,7 +262,7 @@ async def _usage(args: argparse.Namespace) -> None:
     engine = await open_database(_url(args))
     since, until = parse_time(args.since), parse_time(args.until)
     try:
-        rows = await summarize(engine, args.by, since, until)
+        rows = await summarize(engine, args.by, since, until, _currency(args))
         reasons = await refusal_reasons(engine, since, until)
     finally:
         await engine.dispose()
@@ -253,10 +271,16 @@ async def _usage(args: argparse.Namespace) -> None:
         print(render_reasons(reasons))
 
 
+async def _prices(args: argparse.Namespace) -> None:
+    at = parse_time(getattr(args, "effective_from", None))
+    await prices_cli.run(args, _url(args), _currency(args), at)
+
+
 def check_serve(settings: Settings) -> str | None:
     """Before the server starts: the auth settings make sense, and with `--auth keys`
     the database exists, is usable and migrated. The error message, or None."""
     try:
+        parse_seeds(settings.price)  # a bad --price is said before anything starts
         mode = auth_mode(settings)
         if mode == "static":
             if not static_keys(settings):
@@ -265,6 +289,6 @@ def check_serve(settings: Settings) -> str | None:
             ensure_data_dir(settings.data_dir)  # the usage spool lives there
             engine = asyncio.run(open_database(database_url(settings), must_exist=True))
             asyncio.run(engine.dispose())
-    except (AuthConfigError, DatabaseError) as exc:
+    except (AuthConfigError, DatabaseError, ValueError) as exc:
         return str(exc)
     return None

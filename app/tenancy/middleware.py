@@ -8,8 +8,10 @@ reaching a handler; the key's record travels to the handlers in the ASGI scope
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
 from app.errors import InvalidKey, KeyStoreUnavailable
 from app.errors.handlers import send_error
@@ -23,14 +25,14 @@ if TYPE_CHECKING:
 OPEN_PATHS = frozenset({"/health", "/health/live", "/metrics"})
 
 
-def _header(scope: Mapping[str, Any], name: bytes) -> bytes | None:
+def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope["headers"]:
         if key == name:
             return bytes(value)
     return None
 
 
-def credentials(scope: Mapping[str, Any]) -> bytes | None:
+def credentials(scope: Scope) -> bytes | None:
     """The `Authorization` header, else an `x-api-key` (how Anthropic's SDKs send the
     key) as if it were `Bearer <key>`."""
     authorization = _header(scope, b"authorization")
@@ -41,12 +43,12 @@ def credentials(scope: Mapping[str, Any]) -> bytes | None:
 
 
 class AuthMiddleware:
-    def __init__(self, app: Any, tenancy: Tenancy) -> None:
+    def __init__(self, app: ASGIApp, tenancy: Tenancy) -> None:
         self.app = app
         self.tenancy = tenancy
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        scope[SCOPE_TENANCY] = self.tenancy
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[SCOPE_TENANCY] = self.tenancy  # type: ignore[literal-required]  # ASGI scope is a TypedDict
         path = scope.get("path", "")
         if scope["type"] != "http" or path in OPEN_PATHS or path.startswith("/admin/"):
             await self.app(scope, receive, send)
@@ -59,7 +61,7 @@ class AuthMiddleware:
         if key is None:
             await self.app(scope, receive, send)
             return
-        scope[SCOPE_KEY] = key
+        scope[SCOPE_KEY] = key  # type: ignore[literal-required]
         limiter = self.tenancy.limiter
         if key.limits.rpm is None and key.limits.tpm is None:
             await self.app(scope, receive, send)
@@ -67,14 +69,20 @@ class AuthMiddleware:
 
         # A plain function returning `send`'s awaitable, not a coroutine of its own: it
         # runs on every send, a streamed response's every frame.
-        def send_with_limits(message: Any) -> Awaitable[None]:
+        def send_with_limits(message: Message) -> Awaitable[None]:
             if message["type"] == "http.response.start":
                 headers = message.get("headers")
-                extra = scope.get(SCOPE_LIMIT_HEADERS) or limiter.headers(key.id, key.limits)
+                # The admission's headers (app.routes.respond), unknown to the scope's TypedDict.
+                admitted = scope.get(SCOPE_LIMIT_HEADERS)
+                extra: list[tuple[bytes, bytes]] = admitted or limiter.headers(key.id, key.limits)  # type: ignore[assignment]
                 if type(headers) is list:  # the response's own list, made for this send
                     headers.extend(extra)
                 else:
-                    message = {**message, "headers": [*(headers or ()), *extra]}
+                    started: HTTPResponseStartEvent = {
+                        **message,
+                        "headers": [*(headers or ()), *extra],
+                    }
+                    message = started
             return send(message)
 
         await self.app(scope, receive, send_with_limits)

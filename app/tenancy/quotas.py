@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from app.config.settings import Settings
 from app.errors import StorageQuotaExceeded
 
 
@@ -23,7 +23,7 @@ class StoredBytesQuota:
     max_bytes: int  # 0: no quota
 
     @classmethod
-    def from_settings(cls, settings: Any) -> StoredBytesQuota:
+    def from_settings(cls, settings: Settings) -> StoredBytesQuota:
         if settings.max_stored_bytes_per_key < 0:
             raise ValueError("--max-stored-bytes-per-key must be 0 (no quota) or more")
         return cls(settings.max_stored_bytes_per_key)

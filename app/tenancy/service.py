@@ -12,9 +12,10 @@ from __future__ import annotations
 import ipaddress
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 from litestar import Request
+from litestar.datastructures import State
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config.settings import Settings
@@ -29,6 +30,8 @@ from app.tenancy.keys.auth import OUTAGE_S, Authenticator, DatabaseKeys, StaticK
 from app.tenancy.keys.store import KeyRecord, KeyStore
 from app.tenancy.limits import Limiter, RateLimited, RateLimiter, Reservation
 from app.tenancy.meter import RequestMeter, refusal_reason
+from app.tenancy.prices.money import Price
+from app.tenancy.prices.store import PriceStore
 from app.tenancy.scope import ANONYMOUS_OWNER, SCOPE_KEY, SCOPE_TENANCY
 from app.tenancy.usage.writer import UsageWriter
 
@@ -96,12 +99,18 @@ class Tenancy:
         writer: UsageWriter | None = None,
         limiter: RateLimiter | None = None,
         fleet: FleetModels | None = None,
+        prices: PriceStore | None = None,
     ) -> None:
         self.auth = auth
         self.store = store
         self.writer = writer
         self.limiter: RateLimiter = limiter or Limiter()
         self.fleet = fleet  # the models of every replica sharing the keys database
+        # The models' prices (with the keys database), the currency they are in, and the
+        # `--price` seeds written at start for models without a price.
+        self.prices = prices
+        self.currency = "USD"
+        self.price_seeds: list[Price] = []
         # The event streams each owner holds open here (its bound: `create_app` sets it).
         self.followers = Followers()
 
@@ -146,11 +155,14 @@ class Tenancy:
         auth = DatabaseKeys(store, outage_s=outage_s)
         limiter: RateLimiter = FleetLimiter.for_engine(engine, limit_sync_s)
         fleet = FleetModels(engine, interval_s=fleet_heartbeat_s) if fleet_heartbeat_s > 0 else None
-        writer = UsageWriter(engine, spool, store)
-        return cls(auth, store=store, writer=writer, limiter=limiter, fleet=fleet)
+        prices = PriceStore(engine)
+        writer = UsageWriter(engine, spool, store, prices)
+        return cls(auth, store=store, writer=writer, limiter=limiter, fleet=fleet, prices=prices)
 
     async def start(self) -> None:
         await self.limiter.start()
+        if self.prices is not None:  # before any request: its row's cost needs the book
+            await self.prices.start(self.price_seeds)
         if self.fleet is not None:
             await self.fleet.start()
         if self.writer is not None:
@@ -160,6 +172,8 @@ class Tenancy:
         if self.fleet is not None:
             await self.fleet.close()  # the others stop listing this replica's models now
         await self.limiter.close()
+        if self.prices is not None:
+            await self.prices.close()
         if self.writer is not None:
             await self.writer.close()
             await self.writer.database.dispose()
@@ -253,13 +267,18 @@ class Tenancy:
         return meter
 
 
-def request_tenancy(request: Request[Any, Any, Any]) -> Tenancy:
+# Litestar's `user` and `auth` are never set here (the key travels under SCOPE_KEY), so
+# nothing is known, or read, of them.
+HttpRequest: TypeAlias = Request[object, object, State]
+
+
+def request_tenancy(request: HttpRequest) -> Tenancy:
     """The app's tenancy (app.tenancy.middleware puts it in every request's scope)."""
     tenancy: Tenancy = request.scope[SCOPE_TENANCY]  # type: ignore[literal-required]  # ASGI scope is a TypedDict
     return tenancy
 
 
-def request_key(request: Request[Any, Any, Any]) -> KeyRecord | None:
+def request_key(request: HttpRequest) -> KeyRecord | None:
     """The authenticated key of a request (None without auth)."""
     key: KeyRecord | None = request.scope.get(SCOPE_KEY)  # type: ignore[assignment]  # ASGI scope is a TypedDict
     return key

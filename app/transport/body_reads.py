@@ -9,14 +9,17 @@ route that reads a body (JSON bodies, multipart uploads), wherever the body is r
   `BodyReadTimeout`, which the exception handlers answer as a 408 `request_timeout`
   with `Connection: close` (a body that arrives slowly but keeps coming is not cut);
 - a per-client bound: at most `--max-bodies-in-flight-per-client` requests from one
-  peer address may be reading their body at once; one more is answered 429
-  `too_many_bodies_in_flight` (`Retry-After: 1`, `Connection: close`) before the app
-  runs, without reading its body.
+  peer address may be waiting for the rest of their body at once; one more is answered
+  429 `too_many_bodies_in_flight` (`Retry-After: 1`, `Connection: close`), the rest of
+  its body unread.
 
-A request counts from when it reaches the middleware until its body has arrived whole,
-the client left, the read timed out, or the app returned without reading it. Requests
-without a body (GET) are not counted and their `receive` is not wrapped. Each server
-process keeps its own count (`--api-server-count` over 1: the bound is per process).
+A body that arrives whole at once (nearly every request: a burst of 256 small ones
+included) is never counted. A request counts from the moment its body is seen arriving
+in parts (a first part with more to come) or its first part is `SLOW_START_S` late,
+until the body has arrived whole, the client left, the read timed out, or the app
+returned. Requests without a body (GET) are not counted and their `receive` is not
+wrapped. Each server process keeps its own count (`--api-server-count` over 1: the
+bound is per process).
 """
 
 from __future__ import annotations
@@ -25,12 +28,12 @@ import asyncio
 from typing import Any
 
 from app.errors import BodyReadTimeout, TooManyBodies
-from app.errors.handlers import send_error
-from app.observability import context
 
 # Over HTTP/2 a body need not be announced by either header.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _DISCONNECT = {"type": "http.disconnect"}
+# A body whose first part comes this much later than its headers counts as in flight.
+SLOW_START_S = 1.0
 
 
 def expects_body(scope: dict[str, Any]) -> bool:
@@ -80,9 +83,10 @@ class ClientCounts:
 
 
 class BodyReceive:
-    """`receive`, with each wait for the next part of the body bounded in time. Leaves
-    the count once the body is whole, the client left or the wait timed out; after that
-    `receive` is the server's own (a streaming response still hears a disconnect)."""
+    """`receive`, with each wait for the next part of the body bounded in time, and the
+    body counted against its client while it arrives in parts. Leaves the count once
+    the body is whole, the client left or the wait timed out; after that `receive` is
+    the server's own (a streaming response still hears a disconnect)."""
 
     def __init__(self, receive: Any, timeout_s: float, counts: ClientCounts, client: str) -> None:
         self._receive = receive
@@ -90,6 +94,7 @@ class BodyReceive:
         self._counts = counts
         self._client = client
         self._reading = True
+        self._counted = False
         self._timed_out = False
 
     async def __call__(self) -> Any:
@@ -98,20 +103,46 @@ class BodyReceive:
             return _DISCONNECT if self._timed_out else await self._receive()
         try:
             async with asyncio.timeout(self._timeout_s):
-                message = await self._receive()
+                message = await self._next()
         except TimeoutError:
             self._timed_out = True
             self.finish()
             raise BodyReadTimeout(self._timeout_s or 0) from None
         if message["type"] != "http.request" or not message.get("more_body", False):
             self.finish()
+        else:
+            self._count()  # more to come: this body is in flight
         return message
+
+    async def _next(self) -> Any:
+        """The next message; a first one that is late counts its body in flight from
+        then on (a client that sent headers and holds its body back)."""
+        if self._counted:
+            return await self._receive()
+        waiting = asyncio.ensure_future(self._receive())
+        try:
+            done, _ = await asyncio.wait({waiting}, timeout=SLOW_START_S)
+            if not done:
+                self._count()
+            return await waiting
+        finally:
+            waiting.cancel()  # only when this read is abandoned (timeout, refusal)
+
+    def _count(self) -> None:
+        """Count this body against its client; at the bound, raise `TooManyBodies`."""
+        if self._counted:
+            return
+        if not self._counts.enter(self._client):
+            self._reading = False
+            raise TooManyBodies(self._counts.limit)
+        self._counted = True
 
     def finish(self) -> None:
         """Stop counting this body; idempotent."""
         if self._reading:
             self._reading = False
-            self._counts.leave(self._client)
+            if self._counted:
+                self._counts.leave(self._client)
 
 
 class BodyReads:
@@ -134,21 +165,8 @@ class BodyReadGuard:
         if scope["type"] != "http" or not expects_body(scope):
             await self.app(scope, receive, send)
             return
-        counts = self.reads.counts
-        client = client_of(scope)
-        if not counts.enter(client):
-            await _refuse(scope, send, counts.limit)
-            return
-        body = BodyReceive(receive, self.reads.timeout_s, counts, client)
+        body = BodyReceive(receive, self.reads.timeout_s, self.reads.counts, client_of(scope))
         try:
             await self.app(scope, body, send)
         finally:
             body.finish()
-
-
-async def _refuse(scope: Any, send: Any, limit: int) -> None:
-    error = TooManyBodies(limit)
-    record = context.current()
-    if record is not None:  # the access line's outcome
-        record.outcome = error.code
-    await send_error(send, scope.get("path", ""), error)

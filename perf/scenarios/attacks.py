@@ -25,14 +25,15 @@ The attacks: `rag` (24 concurrent streamed chats, each a fresh never-cached prom
 about 1,250 tokens, max_tokens 64, each worker sending the next as one ends: a heavy
 tenant against a light one), `prompts64`, `streams256`, `largest`, `long_prompts` and
 `bad_requests` (see `attacks`); on deferred work and the routes beside it, `background`,
-`batches` and `count_tokens` (perf/scenarios/deferred_attacks.py).
+`batches` and `count_tokens` (perf/scenarios/deferred_attacks.py); on what a tenant can
+hold, `uploads`, `half_bodies` and `followers` (perf/scenarios/storage_attacks.py).
 
 Per row: what the attacker got (answers by status), what the victim saw (refusals; TTFT
 p50, p95 and p99; p50 against the alone run's p50 and p95 against the alone run's p95),
 where the victim's mean TTFT went, and the tokens billed to both keys (`/admin/usage`)
 against what the engine counted (`vllm:prompt_tokens_total` +
 `vllm:generation_tokens_total` deltas from /metrics), and the server's memory (the RSS of
-its processes) before and after.
+its processes) and disk (its data directory's files) before and after.
 
 The split of the victim's mean TTFT: its mean admission queue wait (per request: the
 `queue_s` of the server's access lines, found by the X-Request-Id each victim request
@@ -59,6 +60,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -78,6 +80,7 @@ from engine.checkpoint import DEFAULT_MODEL_NAME
 from perf.harness.results import output
 from perf.harness.servers import Server, keys_server
 from perf.scenarios.deferred_attacks import deferred_attacks
+from perf.scenarios.storage_attacks import storage_attacks
 
 OUT = output("attacks")
 ADMIN_KEY = "attacks-admin-key"
@@ -178,6 +181,9 @@ class Row:
     # The RSS of the server's processes (MB) before the row and after it settled.
     memory_before_mb: float | None = None
     memory_after_mb: float | None = None
+    # The bytes of the server's data directory (MB) before the row and after it settled.
+    disk_before_mb: float | None = None
+    disk_after_mb: float | None = None
 
 
 # ---------------------------------------------------------------- the server
@@ -337,6 +343,20 @@ def engine_view(target: Target) -> tuple[float | None, dict[str, float] | None]:
     return wait, step_ms
 
 
+def disk_mb(target: Target) -> float | None:
+    """The bytes of the files in the server's `--data-dir`, in MB (None: not known)."""
+    argv = target.server.argv if target.server is not None else []
+    folders = [value for flag, value in itertools.pairwise(argv) if flag == "--data-dir"]
+    if not folders:
+        return None
+    total = 0
+    for root, _, names in os.walk(folders[-1]):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(root, name))
+    return round(total / 1e6, 1)
+
+
 def memory_mb(target: Target) -> float | None:
     """The RSS of the server's processes, in MB (None: not a server of ours)."""
     if target.server is None:
@@ -480,6 +500,7 @@ def attacks(target: Target) -> dict[str, Attack]:
             Attack("long_prompts", long_what, 32, long_prompts),
             Attack("bad_requests", "invalid requests (400/404), 64 at once", 64, bad),
             *(Attack(name, *parts) for name, parts in deferred_attacks(target).items()),
+            *(Attack(name, *parts) for name, parts in storage_attacks(target).items()),
         )
     }  # fmt: skip
 
@@ -599,7 +620,7 @@ async def run_attack(
     against `baseline` (the alone row) when given."""
     before_bill, before_engine = billed(target), engine_tokens(target.url)
     before_admission = admission_counters(target)
-    memory_before = memory_mb(target)
+    memory_before, disk_before = memory_mb(target), disk_mb(target)
     stop = asyncio.Event()
     flooding = asyncio.create_task(flood(target, attack, stop))
     build_up = BUILD_UP_S if pace.seconds is None else min(BUILD_UP_S, pace.seconds / 4)
@@ -615,6 +636,7 @@ async def run_attack(
     _fill(row, run)
     row.unfinished_after = await settle(target)
     row.memory_before_mb, row.memory_after_mb = memory_before, memory_mb(target)
+    row.disk_before_mb, row.disk_after_mb = disk_before, disk_mb(target)
     _split(row, admission_waits(target, offset, run.id_prefix), wait, steps)
     _tickets(row, admission_counters(target) - before_admission, run)
     _bill(row, target, before_bill, before_engine)
@@ -713,8 +735,9 @@ def _ratio(value: float | None) -> str:
 def attacker_table(rows: list[Row]) -> str:
     lines = [
         "| attack | attacker's answers | attacker's prompts admitted / refused "
-        "| victim refused | billed tokens | engine tokens | server memory before / after (MB) |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+        "| victim refused | billed tokens | engine tokens | server memory before / after (MB) "
+        "| data directory before / after (MB) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
         got = ", ".join(f"{k}: {v}" for k, v in sorted(row.attacker.items()))
@@ -725,7 +748,8 @@ def attacker_table(rows: list[Row]) -> str:
         lines.append(
             f"| {row.attack}: {row.what} | {got or '-'} | {tickets} | {row.victim_refusals} of "
             f"{row.victim_requests} | {row.billed_tokens} | {row.engine_tokens} "
-            f"| {_mb(row.memory_before_mb)} / {_mb(row.memory_after_mb)} |"
+            f"| {_mb(row.memory_before_mb)} / {_mb(row.memory_after_mb)} "
+            f"| {_mb(row.disk_before_mb)} / {_mb(row.disk_after_mb)} |"
         )
     return "\n".join(lines)
 

@@ -35,6 +35,7 @@ Outcome = tuple[int, str | None]
 class Target(Protocol):
     """What these attacks need of the matrix's target (perf.scenarios.attacks.Target)."""
 
+    url: str
     attacker: str
     server: Server | None
 
@@ -47,7 +48,7 @@ CLEANUP_CONNECTIONS = 16
 BATCH_LINE_WORDS = 4_000  # ~4,000 tokens: over the 2,048-token context whatever they are
 
 
-def _outcome(response: httpx.Response) -> Outcome:
+def outcome_of(response: httpx.Response) -> Outcome:
     code = None
     if response.status_code >= 400:
         with contextlib.suppress(Exception):
@@ -75,7 +76,7 @@ def background(made: Made) -> Send:
         }
         response = await client.post("/v1/responses", json=body)
         if response.status_code != 200:
-            return _outcome(response)
+            return outcome_of(response)
         response_id = response.json()["id"]
         made.responses.append(response_id)
         if i % 2:
@@ -86,7 +87,7 @@ def background(made: Made) -> Send:
             await asyncio.sleep(0.25)
             polled = await client.get(f"/v1/responses/{response_id}")
             if polled.status_code != 200:
-                return _outcome(polled)
+                return outcome_of(polled)
             if polled.json()["status"] not in ("queued", "in_progress"):
                 return 200, None
 
@@ -132,7 +133,7 @@ def batches(made: Made, max_file_bytes: int) -> Send:
         response = await client.post("/v1/batches", json=body)
         if response.status_code == 200:
             made.batches.append(response.json()["id"])
-        return _outcome(response)
+        return outcome_of(response)
 
     return send
 
@@ -146,7 +147,7 @@ def count_tokens() -> Send:
     async def send(client: httpx.AsyncClient, i: int) -> Outcome:
         headers = {"Content-Type": "application/json"}
         response = await client.post("/v1/messages/count_tokens", content=body, headers=headers)
-        return _outcome(response)
+        return outcome_of(response)
 
     return send
 

@@ -52,9 +52,10 @@ def test_the_victim_alone(baseline: Row) -> None:
 # to drain, and the queue rules it exercises are the same as `prompts64`'s.
 ATTACKS = ["rag", "prompts64", "streams256", "largest", "bad_requests"]
 DEFERRED = ["background", "batches", "count_tokens"]
+HOLDING = ["uploads", "half_bodies", "followers"]
 
 
-@pytest.mark.parametrize("name", ATTACKS + DEFERRED)
+@pytest.mark.parametrize("name", ATTACKS + DEFERRED + HOLDING)
 def test_an_attack_never_refuses_the_victim(target: Target, baseline: Row, name: str) -> None:
     row = asyncio.run(run_attack(target, attacks(target)[name], PACE, baseline))
     assert row.victim_refusals == 0, row.victim_errors
@@ -82,6 +83,18 @@ def test_an_attack_never_refuses_the_victim(target: Target, baseline: Row, name:
         assert set(row.attacker) <= {"200", "429 too_many_batches"}, row.attacker
     if name == "count_tokens":  # refused by the byte bound, before any tokenizing
         assert set(row.attacker) == {"400"} and row.attacker_tickets == 0, row.attacker
-    if name in DEFERRED:
+    if name in DEFERRED + HOLDING:
         assert row.memory_before_mb is not None and row.memory_after_mb is not None
+        assert row.disk_before_mb is not None and row.disk_after_mb is not None
+    if name == "uploads":  # stored up to the key's quota, within its requests a minute
+        assert "200" in row.attacker, row.attacker
+        allowed = {"200", "413 storage_quota_exceeded", "429 rate_limit_exceeded"}
+        assert set(row.attacker) <= allowed, row.attacker
+    if name == "half_bodies":  # held until the read timeout, past the bound refused
+        assert "0 held" in row.attacker, row.attacker
+        allowed = {"0 held", "429 too_many_bodies_in_flight", "408 request_timeout"}
+        assert set(row.attacker) <= allowed, row.attacker
+    if name == "followers":  # at most --max-followers-per-key open at once
+        assert "200" in row.attacker and "429 too_many_followers" in row.attacker, row.attacker
+        assert set(row.attacker) <= {"200", "429 too_many_followers"}, row.attacker
     assert httpx.get(f"{target.url}/health", timeout=10).status_code == 200

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import msgspec
 from litestar import Request, Router, delete, get, patch, post
@@ -11,7 +11,14 @@ from litestar import Request, Router, delete, get, patch, post
 from app.errors import InvalidRequest, KeyNotFoundError
 from app.routes.admin.admission import AdminKeyGuard
 from app.routes.deps import TenancyDep
-from app.tenancy.keys.store import CACHE_GROUP_CHARS, MAX_WEIGHT, KeyLimits, KeyNotFound, KeyStore
+from app.tenancy.keys.store import (
+    CACHE_GROUP_CHARS,
+    MAX_WEIGHT,
+    KeyLimits,
+    KeyNotFound,
+    KeyStore,
+    LimitChanges,
+)
 from app.tenancy.report import parse_time as parse_report_time
 from app.tenancy.report import refusal_reasons, summarize
 from app.tenancy.service import Tenancy
@@ -45,7 +52,7 @@ class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
             )
         return {"cache_group": self.cache_group}
 
-    def limits(self) -> dict[str, Any]:
+    def limits(self) -> LimitChanges:
         changes = {f: getattr(self, f) for f in _LIMITS if getattr(self, f) is not msgspec.UNSET}
         if changes.get("models") is not None:
             changes["models"] = tuple(changes["models"])
@@ -53,7 +60,8 @@ class KeyChanges(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
             value = changes.get(field)
             if value is not None and value < 0:
                 raise InvalidRequest(f"`{field}` must be >= 0 or null.", param=field)
-        return changes
+        # The fields this body decoded as, by the `KeyLimits` names they share.
+        return cast(LimitChanges, changes)
 
 
 def _store(tenancy: Tenancy) -> KeyStore:
@@ -125,11 +133,17 @@ async def usage_report(
     assert tenancy.writer is not None
     try:
         start, end = parse_report_time(since), parse_report_time(until)
-        rows = await summarize(tenancy.writer.database, by, start, end)
+        rows = await summarize(tenancy.writer.database, by, start, end, tenancy.currency)
         reasons = await refusal_reasons(tenancy.writer.database, start, end)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from exc
-    return {"object": "list", "by": by, "data": rows, "refusals": reasons}
+    return {
+        "object": "list",
+        "by": by,
+        "currency": tenancy.currency,
+        "data": rows,
+        "refusals": reasons,
+    }
 
 
 def admin_keys_router(admin_key: str | None) -> Router:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.deferred.store import (
     ANSWERED,
@@ -38,6 +38,7 @@ from app.deferred.work import (
 from app.errors import FileNotFound
 from app.services.batches.lines import LineRunner, closed_line, line_model
 from app.services.batches.validation import VALIDATE_LEASE_S, validate
+from app.storage.files import FileObject
 from app.tenancy.keys.store import KeyNotFound, KeyRecord, KeyStore
 
 log = logging.getLogger("lilac.batches")
@@ -61,7 +62,7 @@ MAX_VALIDATIONS = 2
 class Files(Protocol):
     """What batches need of the file store (`app.storage.files.FileStore`)."""
 
-    async def get(self, owner: str, file_id: str) -> Any: ...
+    async def get(self, owner: str, file_id: str) -> FileObject: ...
 
     def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]: ...
 
@@ -72,7 +73,7 @@ class Files(Protocol):
         filename: str,
         lines: AsyncIterator[bytes],
         file_id: str | None = None,
-    ) -> Any: ...
+    ) -> FileObject: ...
 
     async def discard_partial(self, file_id: str) -> None: ...
 

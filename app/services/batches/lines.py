@@ -14,7 +14,7 @@ refused), since a batch's lines run in no set order."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 
@@ -30,8 +30,8 @@ from app.schemas.batches import (
     input_line_decoder,
     line_model_decoder,
 )
-from app.schemas.chat import chat_request_decoder
-from app.schemas.completions import completion_request_decoder
+from app.schemas.chat import ChatCompletionRequest, chat_request_decoder
+from app.schemas.completions import CompletionRequest, completion_request_decoder
 from app.schemas.responses import responses_request_decoder
 from app.services.generation.deferred import (
     LineMeter,
@@ -57,6 +57,11 @@ DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
     "/v1/completions": completion_request_decoder,
 }
 RESPONSES = "/v1/responses"
+# The service of a batch endpoint; which request type it takes follows from the endpoint
+# a line names (`_request` decodes the one its service runs).
+LineService: TypeAlias = (
+    GenerationService[ChatCompletionRequest] | GenerationService[CompletionRequest]
+)
 
 
 def responses_line(body: bytes, owner: str, seal: ReasoningSeal | None) -> ResponsesChatRequest:
@@ -121,7 +126,7 @@ async def _entry(body: str) -> InputLine:
 
 class LineRunner:
     def __init__(
-        self, services: dict[str, GenerationService[Any]], limits: DeferredLimits | None = None
+        self, services: dict[str, LineService], limits: DeferredLimits | None = None
     ) -> None:
         self.services = services  # endpoint -> its service
         self.limits = limits or DeferredLimits()  # the keys' deferred work, counted

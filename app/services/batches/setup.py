@@ -8,16 +8,14 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
 
 from app.config.settings import Settings
 from app.db.engine import sqlite_path
 from app.deferred.runner import DeferredRunner
 from app.deferred.store import DeferredStore
 from app.services.batches.jobs import BatchJobs, Files
-from app.services.batches.lines import LineRunner
+from app.services.batches.lines import LineRunner, LineService
 from app.services.batches.service import BatchService
-from app.services.generation.service import GenerationService
 from app.storage.database import TenantDatabase
 from app.storage.files import FileStore
 from app.tenancy.deferred_limits import DeferredLimits
@@ -53,7 +51,7 @@ def admitted_model_names(models: ModelPool | None) -> Callable[[str], str | None
 def build_batches(
     settings: Settings,
     database: TenantDatabase,
-    endpoints: dict[str, GenerationService[Any]],
+    endpoints: dict[str, LineService],
     models: ModelPool | None,
     admission: AdmissionController,
     keys: KeyStore | None,

@@ -11,9 +11,8 @@ and an encode of the constant parts per token.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
+from msgspec import UnsetType
 
 from app.schemas.chat import ChatCompletionChunk, ChunkChoice, Delta
 
@@ -31,7 +30,9 @@ class ContentFrames:
 
     __slots__ = ("_chunk_usage", "_created", "_id", "_model", "_templates")
 
-    def __init__(self, request_id: str, created: int, model: str, chunk_usage: Any) -> None:
+    def __init__(
+        self, request_id: str, created: int, model: str, chunk_usage: UnsetType | None
+    ) -> None:
         self._id = request_id
         self._created = created
         self._model = model

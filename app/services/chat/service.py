@@ -8,10 +8,9 @@ the `chat.completion` / `chat.completion.chunk` wire shapes are
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.errors import InvalidRequest, ServiceUnavailable
 from app.schemas.chat import ChatCompletionRequest, Message
+from app.schemas.json import JsonObject
 from app.services.chat.wire import ChatGeneration
 from app.services.generation import prompt_logprobs
 from app.services.generation.sampling import check_common, sampling_options
@@ -25,14 +24,14 @@ from engine.protocol import GenerateRequest
 from engine.warm.pool import ModelPool
 
 
-def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
+def messages_for_template(messages: list[Message]) -> list[JsonObject]:
     """Wire messages -> the plain dicts chat templates expect (`developer` reads as `system`)."""
-    rendered = []
+    rendered: list[JsonObject] = []
     for message in messages:
         role = message.__struct_config__.tag  # the `role` tag msgspec decoded it by
         if role == "developer":
             role = "system"
-        item: dict[str, Any] = {"role": role, "content": template_content(message.content)}
+        item: JsonObject = {"role": role, "content": template_content(message.content)}
         tool_call_id = getattr(message, "tool_call_id", None)
         if tool_call_id is not None:
             item["tool_call_id"] = tool_call_id
@@ -47,7 +46,7 @@ def messages_for_template(messages: list[Message]) -> list[dict[str, Any]]:
     return rendered
 
 
-def reasoning_controls(request: ChatCompletionRequest) -> dict[str, Any]:
+def reasoning_controls(request: ChatCompletionRequest) -> JsonObject:
     """The top-level reasoning fields the client set; the engine's family reads them."""
     fields = {
         "thinking": request.thinking,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-
-from litestar import Request
+from typing import TYPE_CHECKING
 
 from app.config.settings import Settings
 from app.errors import InvalidRequest
@@ -16,6 +15,9 @@ from engine.admission.probes import Probe, make_probe
 from engine.admission.runtime import AdmissionController, AdmittedHost
 from engine.checks import default_output_tokens
 from engine.protocol import GenerateRequest
+
+if TYPE_CHECKING:
+    from app.tenancy.service import HttpRequest
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -89,7 +91,7 @@ def check_request_work(
         )
 
 
-def client_key(request: Request, user: str | None, key_id: str | None = None) -> str:
+def client_key(request: HttpRequest, user: str | None, key_id: str | None = None) -> str:
     """Whom fairness counts a request against: the authenticated key's id when there
     is one (nothing the client can vary), else its bearer token or `x-api-key` (hashed:
     the token itself is never kept), else the `user` field, else the peer address."""

@@ -8,10 +8,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from app.deferred.work import KeyAtLimits
 from app.errors import ModelNotFound
+from app.schemas.sampling import SamplingFields
 from app.services.generation.admission import clamp_priority
 from app.tenancy.consumes import Consumes
 from app.tenancy.deferred_limits import DeferredLimits, OverDeferredLimits
@@ -20,7 +21,7 @@ from app.tenancy.keys.store import DEFAULT_WEIGHT, KeyRecord
 from app.tenancy.usage.records import UsageRecord
 from app.usage_source import UsageSource
 
-Request = TypeVar("Request")
+Request = TypeVar("Request", bound=SamplingFields)
 
 
 @dataclass(slots=True)
@@ -90,14 +91,13 @@ def key_weight(key: KeyRecord | None) -> float:
 def as_key(request: Request, key: KeyRecord | None) -> Request:
     """The request as `key` may send it: a model it may use (else 404), its priority
     tier at most, its part of the prefix cache."""
-    fields: Any = request  # chat, completion and Responses requests share these fields
     if key is not None:
-        if not key.limits.allows_model(fields.model):
-            raise ModelNotFound(fields.model)
-        fields.priority = clamp_priority(fields.priority, key.limits.priority)
-        fields.cache_salt = cache_salt(key, fields.cache_salt)
+        if not key.limits.allows_model(request.model):
+            raise ModelNotFound(request.model)
+        request.priority = clamp_priority(request.priority, key.limits.priority)
+        request.cache_salt = cache_salt(key, request.cache_salt)
     else:
-        fields.priority = clamp_priority(fields.priority)
+        request.priority = clamp_priority(request.priority)
     return request
 
 

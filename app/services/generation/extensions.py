@@ -5,7 +5,7 @@ and the older `guided_*` fields), turned into one engine `StructuredOutput`."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -146,9 +146,18 @@ def structured_output(
     return found[0] if found else None
 
 
+class ExtensionFields(TypedDict):
+    """GenerateRequest keyword arguments, so that unpacking them into it type-checks."""
+
+    response_format: StructuredOutput | None
+    truncate_prompt_tokens: int | None
+    add_special_tokens: bool | None
+    cache_salt: str | None
+
+
 def extension_fields(
     request: StructuredOutputFields, response_format: StructuredOutput | None = None
-) -> dict[str, Any]:
+) -> ExtensionFields:
     """GenerateRequest fields of the implemented prompt extensions and the constraint."""
     return {
         "response_format": structured_output(request, response_format),

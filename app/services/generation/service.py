@@ -6,7 +6,7 @@ answer with one body or an SSE stream (a chunk per choice delta, then the usage 
 when asked for; `app.services.generation.streaming` adds the error event and `[DONE]`). The steps
 are written once here; an endpoint supplies only its engine requests and its wire
 shapes (SGLang's `OpenAIServingBase` splits the same way). The engine is called in
-one place, `GenerationService._outputs`, so that a change of the engine protocol
+one place, `GenerationService._admitted`, so that a change of the engine protocol
 touches one function.
 """
 
@@ -16,9 +16,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, Protocol, TypeVar
 
-from msgspec import UNSET
+from msgspec import UNSET, Struct, UnsetType
 
 from app.observability import context
 from app.schemas.chat import CompletionTokensDetails, PromptTokensDetails, Usage
@@ -27,6 +27,7 @@ from app.services.generation.admission import check_request_work
 from app.services.generation.sampling import resolve_model
 from app.services.generation.streaming import RequestEnd, open_sse
 from app.transport.sse import frame
+from app.usage_source import UsageSource
 from engine.admission.lease import admitted
 from engine.admission.runtime import AdmissionController
 from engine.checks import default_output_tokens, estimate_prompt_tokens
@@ -60,7 +61,7 @@ class Generation(ABC, Generic[StateT]):
         self.include_usage = include_usage
         # A chunk's `usage`: null on every chunk but the last when usage was asked for,
         # else absent (UNSET is never encoded).
-        self.chunk_usage = None if include_usage else UNSET
+        self.chunk_usage: UnsetType | None = None if include_usage else UNSET
         self._prompt_tokens: dict[int, int] = {}
         self._cached_tokens: dict[int, int] = {}
         self._completion_tokens = 0
@@ -88,16 +89,18 @@ class Generation(ABC, Generic[StateT]):
         """Endpoint-specific accumulation (the text and finish reason are done)."""
 
     @abstractmethod
-    def body(self, states: dict[int, StateT], usage: Usage) -> Any:
+    def body(self, states: dict[int, StateT], usage: Usage) -> Struct:
         """The whole non-streamed response."""
 
     @abstractmethod
-    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> Any:
+    def delta_chunk(
+        self, position: int, output: GenerateOutput, delta: ChoiceDelta
+    ) -> Struct | None:
         """The stream chunk of one delta (its `usage` is `self.chunk_usage`), or None when
         the delta has nothing to send."""
 
     @abstractmethod
-    def usage_chunk(self, usage: Usage) -> Any:
+    def usage_chunk(self, usage: Usage) -> Struct:
         """The closing chunk: no choices, and `usage`."""
 
     # ------------------------------------------------------------ the engine's tally
@@ -178,6 +181,41 @@ class Generation(ABC, Generic[StateT]):
             return []
         return [frame(self.usage_chunk(self.usage()))]
 
+    async def collect(self, outputs: AsyncIterator[GenerateOutput]) -> Struct:
+        """The non-streamed response of one engine request's outputs."""
+        states = self.choice_states()
+        async for output in outputs:
+            self.accumulate(states, 0, output)
+        return self.body(states, self.usage())
+
+    async def collect_merged(self, outputs: AsyncIterator[tuple[int, GenerateOutput]]) -> Struct:
+        """The non-streamed response of several engine requests' merged outputs."""
+        states = self.choice_states()
+        async for position, output in outputs:
+            self.accumulate(states, position, output)
+        return self.body(states, self.usage())
+
+
+class Generating(UsageSource, Protocol):
+    """What the skeleton needs of a request's `Generation`, whatever its choice state:
+    the state is the generation's own business, so a service can hold any endpoint's."""
+
+    def accepted(self, prompt_tokens: int) -> None: ...
+
+    def generated(self, tokens: int) -> None: ...
+
+    def frames(self, output: GenerateOutput, position: int = 0) -> list[bytes]: ...
+
+    def indexed_frames(self, indexed: tuple[int, GenerateOutput]) -> list[bytes]: ...
+
+    def closing_frames(self) -> list[bytes]: ...
+
+    async def collect(self, outputs: AsyncIterator[GenerateOutput]) -> Struct: ...
+
+    async def collect_merged(
+        self, outputs: AsyncIterator[tuple[int, GenerateOutput]]
+    ) -> Struct: ...
+
 
 class GenerationService(ABC, Generic[RequestT]):
     """Runs a decoded request through the engine; subclasses give the endpoint's parts."""
@@ -201,26 +239,21 @@ class GenerationService(ABC, Generic[RequestT]):
         `client` is whom admission's fairness counts the request against."""
 
     @abstractmethod
-    def generation(self, request: RequestT, request_id: str) -> Generation[Any]:
+    def generation(self, request: RequestT, request_id: str) -> Generating:
         """The wire shapes of this request's response."""
 
     async def complete(
         self, request: RequestT, client: str | None = None, meter: RequestEnd | None = None
-    ) -> Any:
+    ) -> Struct:
         """`meter`, when given, reads the generation's usage and is finished (the usage
         record made durable) before the body is returned."""
         generation, generates, engine = await self._start(request, client, meter)
         if meter is not None:
             meter.usage_source = generation
-        states = generation.choice_states()
-        outputs = self._outputs(engine, generates)
         if len(generates) == 1:
-            async for output in outputs:
-                generation.accumulate(states, 0, output)
+            body = await generation.collect(self._admitted(engine, generates[0]))
         else:
-            async for position, output in outputs:
-                generation.accumulate(states, position, output)
-        body = generation.body(states, generation.usage())
+            body = await generation.collect_merged(self._merged(engine, generates))
         if meter is not None:
             await meter.finish()
         return body
@@ -233,9 +266,11 @@ class GenerationService(ABC, Generic[RequestT]):
         generation, generates, engine = await self._start(request, client, meter)
         if meter is not None:
             meter.usage_source = generation
-        outputs = self._outputs(engine, generates)
-        frames: Any = generation.frames if len(generates) == 1 else generation.indexed_frames
-        return await open_sse(outputs, frames, generation.closing_frames, meter)
+        if len(generates) == 1:
+            outputs = self._admitted(engine, generates[0])
+            return await open_sse(outputs, generation.frames, generation.closing_frames, meter)
+        merged = self._merged(engine, generates)
+        return await open_sse(merged, generation.indexed_frames, generation.closing_frames, meter)
 
     def reserved_tokens(self, request: RequestT, body_bytes: int) -> int:
         """Tokens a request may use, before it is tokenized, for per-key token limits: a
@@ -258,7 +293,7 @@ class GenerationService(ABC, Generic[RequestT]):
 
     async def _start(
         self, request: RequestT, client: str | None, meter: RequestEnd | None = None
-    ) -> tuple[Generation[Any], list[GenerateRequest], Engine]:
+    ) -> tuple[Generating, list[GenerateRequest], Engine]:
         """The request's generation and engine requests, each carrying the weight of the
         key behind `meter` (1.0 without one) for the engine's fair scheduler."""
         record = context.current()
@@ -282,14 +317,18 @@ class GenerationService(ABC, Generic[RequestT]):
             record.usage_source = generation
         return generation, generates, engine
 
-    def _outputs(
+    def _admitted(
+        self, engine: Engine, generate: GenerateRequest
+    ) -> AsyncGenerator[GenerateOutput, None]:
+        """The one call into the engine: one request's outputs as they come (no merging
+        on the per-token path)."""
+        return admitted(self._admission, engine, generate)
+
+    def _merged(
         self, engine: Engine, generates: list[GenerateRequest]
-    ) -> AsyncGenerator[Any, None]:
-        """The one call into the engine. One request: its outputs as they come (no
-        merging on the per-token path); several: (position, output) pairs, merged."""
-        if len(generates) == 1:
-            return admitted(self._admission, engine, generates[0])
-        return merge([admitted(self._admission, engine, g) for g in generates])
+    ) -> AsyncGenerator[tuple[int, GenerateOutput], None]:
+        """Several requests' outputs as (position, output) pairs, merged."""
+        return merge([self._admitted(engine, g) for g in generates])
 
 
 def include_usage(request: SamplingFields) -> bool:

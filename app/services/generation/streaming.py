@@ -14,7 +14,7 @@ body: the server then never iterates it). Its `aclose` is what guarantees the la
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from app.errors import APIError, ClientDisconnected
 from app.errors.handlers import to_api_error
@@ -80,7 +80,7 @@ class SSEBody:
     def __init__(
         self,
         body: AsyncGenerator[bytes, None],
-        outputs: AsyncGenerator[Any, None],
+        outputs: AsyncGenerator[object, None],
         end: RequestEnd | None,
     ) -> None:
         self._body = body
@@ -141,7 +141,7 @@ async def _frames(
 
 
 async def _ended(
-    outputs: AsyncGenerator[Any, None], end: RequestEnd | None, exc: BaseException
+    outputs: AsyncGenerator[object, None], end: RequestEnd | None, exc: BaseException
 ) -> None:
     """The client went away: close the engine's stream first (it counts, as it closes,
     what the engine produced that nobody read), then settle `end`, even if the close is

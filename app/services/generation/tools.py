@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any
+from typing import Any, NotRequired
 
 from app.errors import InvalidRequest
 from app.schemas.chat import ChatCompletionRequest
+from app.schemas.json import JsonObject, JsonValue
 from app.schemas.tools import (
     FunctionCallDelta,
+    FunctionDefinition,
     JsonObjectFormat,
     JsonSchemaFormat,
     NamedToolChoice,
@@ -22,7 +24,7 @@ from app.schemas.tools import (
     ToolCall,
     ToolCallDelta,
 )
-from app.services.generation.extensions import extension_fields
+from app.services.generation.extensions import ExtensionFields, extension_fields
 from app.transport.json_limits import too_deep
 from engine import protocol
 from engine.schema_bounds import MAX_SCHEMA_NODES, check_schema, check_schema_size
@@ -70,23 +72,36 @@ def _check_tools(request: ChatCompletionRequest) -> None:
         )
 
 
-def tool_fields(request: ChatCompletionRequest) -> dict[str, Any]:
+class ToolFields(ExtensionFields):
+    parallel_tool_calls: bool
+    tools: NotRequired[list[JsonObject]]
+    tool_choice: NotRequired[str | JsonObject]
+
+
+def tool_fields(request: ChatCompletionRequest) -> ToolFields:
     """GenerateRequest fields for the request's tools and response format (checked).
     Tools go to the engine only when they may be called (`engine.tool_use`)."""
     _check_tools(request)
-    fields: dict[str, Any] = {"parallel_tool_calls": request.parallel_tool_calls}
+    tools: list[JsonObject] | None = None
+    tool_choice: str | JsonObject = "auto"
     if calls_tools(request.tools, request.tool_choice):
-        fields["tools"] = [
+        tools = [
             {"type": "function", "function": _function_dict(tool.function)}
             for tool in request.tools or []
         ]
         choice = request.tool_choice or "auto"
-        fields["tool_choice"] = (
+        tool_choice = (
             {"type": "function", "function": {"name": choice.function.name}}
             if isinstance(choice, NamedToolChoice)
             else choice
         )
-    fields.update(extension_fields(request, response_format_constraint(request.response_format)))
+    fields: ToolFields = {
+        "parallel_tool_calls": request.parallel_tool_calls,
+        **extension_fields(request, response_format_constraint(request.response_format)),
+    }
+    if tools is not None:
+        fields["tools"] = tools
+        fields["tool_choice"] = tool_choice
     return fields
 
 
@@ -106,8 +121,8 @@ def response_format_constraint(
     return None
 
 
-def _function_dict(function: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": function.name}
+def _function_dict(function: FunctionDefinition) -> JsonObject:
+    out: JsonObject = {"name": function.name}
     if function.description is not None:
         out["description"] = function.description
     out["parameters"] = function.parameters or {"type": "object", "properties": {}}
@@ -116,16 +131,17 @@ def _function_dict(function: Any) -> dict[str, Any]:
     return out
 
 
-def template_tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
+def template_tool_calls(calls: list[ToolCall]) -> list[JsonObject]:
     """Assistant tool calls as chat templates expect them (arguments as an object)."""
-    rendered = []
+    rendered: list[JsonObject] = []
     for call in calls:
-        arguments: Any = call.function.arguments
+        text = call.function.arguments
+        arguments: JsonValue = text
         # Arguments are the client's text: nested too deep to parse safely (recursion),
         # or not JSON at all, they reach the template as that text.
-        if not too_deep(arguments, MAX_ARGUMENTS_DEPTH):
+        if not too_deep(text, MAX_ARGUMENTS_DEPTH):
             with contextlib.suppress(ValueError):
-                arguments = json.loads(arguments)
+                arguments = json.loads(text)
         rendered.append(
             {
                 "id": call.id,

@@ -34,14 +34,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 from PIL import Image
 
+from app.config.settings import Settings
 from app.errors import InvalidRequest, ServiceUnavailable, TooManyRequests
 from app.schemas.chat import Content, ImagePart, Message, TextPart, UserContent
+from app.schemas.json import JsonObject
 from app.services.images.addresses import is_public
 from app.services.images.budget import ByteBudget, Held
 from app.services.images.decoding import (
@@ -78,7 +79,7 @@ class ImageLimits:
     bytes_in_flight: int = 4 * 20 * 1024 * 1024
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ImageLimits:
+    def from_settings(cls, settings: Settings) -> ImageLimits:
         return cls(
             max_images=settings.max_images_per_request,
             max_bytes=settings.max_image_bytes,
@@ -89,7 +90,7 @@ class ImageLimits:
         )
 
 
-def template_content(content: Content | UserContent | None) -> str | list[dict[str, Any]]:
+def template_content(content: Content | UserContent | None) -> str | list[JsonObject]:
     """Message content for chat templates: a string, unless it holds images; then a list
     of `{"type": "text", "text"}` and `{"type": "image"}` parts in their order (the shape
     Hugging Face chat templates of vision models expect)."""

@@ -74,13 +74,14 @@ class MessagesService(GenerationService[ChatCompletionRequest]):
         meter: RequestEnd | None = None,
     ) -> MessageResponse:
         generation, generates, engine = await self._start(request, client, meter)
+        assert isinstance(generation, MessagesGeneration)
         if meter is not None:
             meter.usage_source = generation
         states = generation.choice_states()
         async with aclosing(self._clamped(engine, generates[0], _messages(request))) as outputs:
             async for output in outputs:
                 generation.accumulate(states, 0, output)
-        body: MessageResponse = generation.body(states, generation.usage())
+        body = generation.body(states, generation.usage())
         if meter is not None:
             await meter.finish()
         return body

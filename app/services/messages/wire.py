@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NoReturn
 
 import msgspec
 
+from app.errors.anthropic import AnthropicErrorEnvelope
 from app.schemas.chat import Usage
+from app.schemas.json import JsonObject
 from app.schemas.messages import (
     ContentBlock,
     ContentBlockDelta,
@@ -52,7 +54,7 @@ from engine.protocol import ChoiceDelta, GenerateOutput, ToolCallDelta
 _encoder = msgspec.json.Encoder()
 
 
-def event_frame(event: StreamEvent | Any) -> bytes:
+def event_frame(event: StreamEvent | AnthropicErrorEnvelope) -> bytes:
     """One SSE event as Anthropic sends it: `event: <type>` and the JSON `data`."""
     kind = str(event.__struct_config__.tag)
     return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n"
@@ -67,7 +69,7 @@ def messages_usage(usage: Usage) -> MessagesUsage:
     )
 
 
-def tool_input(arguments: str) -> dict[str, Any]:
+def tool_input(arguments: str) -> JsonObject:
     """A call's arguments as the object `tool_use.input` is; text that is not a JSON
     object (a model that wrote past its grammar) is kept under `_arguments`."""
     if not arguments.strip():
@@ -155,15 +157,15 @@ class MessagesGeneration(Generation[MessageState]):
 
     # ------------------------------------------------------------ stream
 
-    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> Any:
+    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> NoReturn:
         raise NotImplementedError("streamed through `frames`")  # pragma: no cover
 
-    def usage_chunk(self, usage: Usage) -> Any:
+    def usage_chunk(self, usage: Usage) -> NoReturn:
         raise NotImplementedError("streamed through `closing_frames`")  # pragma: no cover
 
     def frames(self, output: GenerateOutput, position: int = 0) -> list[bytes]:
         self._count_prompt(position, output)
-        events: list[Any] = self._start_events()
+        events: list[StreamEvent] = self._start_events()
         for delta in output.choices:
             self._completion_tokens += delta.token_count
             self._reasoning_tokens += delta.reasoning_token_count
@@ -179,7 +181,7 @@ class MessagesGeneration(Generation[MessageState]):
         return [event_frame(event) for event in events]
 
     def closing_frames(self) -> list[bytes]:
-        events: list[Any] = self._start_events()
+        events: list[StreamEvent] = self._start_events()
         text, stop_sequence = cut_stop(self._held, self._finish, self._stops)
         self._held = ""
         if text:
@@ -203,7 +205,7 @@ class MessagesGeneration(Generation[MessageState]):
         events.append(MessageStop())
         return [event_frame(event) for event in events]
 
-    def _start_events(self) -> list[Any]:
+    def _start_events(self) -> list[StreamEvent]:
         if self._started:
             return []
         self._started = True
@@ -214,13 +216,13 @@ class MessagesGeneration(Generation[MessageState]):
         )
         return [MessageStart(message), Ping()]
 
-    def _close(self) -> list[Any]:
+    def _close(self) -> list[StreamEvent]:
         if self._kind is None:
             return []
         self._kind = None
         return [ContentBlockStop(self._index)]
 
-    def _open(self, kind: str, block: ContentBlock | None = None) -> list[Any]:
+    def _open(self, kind: str, block: ContentBlock | None = None) -> list[StreamEvent]:
         """Events that make `kind` the open block (a tool_use block always opens anew)."""
         if self._kind == kind and block is None:
             return []
@@ -232,7 +234,7 @@ class MessagesGeneration(Generation[MessageState]):
         events.append(ContentBlockStart(self._index, block))
         return events
 
-    def _text(self, text: str) -> list[Any]:
+    def _text(self, text: str) -> list[StreamEvent]:
         if self._hold:
             text = self._held + text
             text, self._held = text[: -self._hold], text[-self._hold :]
@@ -240,8 +242,8 @@ class MessagesGeneration(Generation[MessageState]):
             return []
         return [*self._open("text"), ContentBlockDelta(self._index, TextDelta(text))]
 
-    def _tool(self, call: ToolCallDelta) -> list[Any]:
-        events: list[Any] = []
+    def _tool(self, call: ToolCallDelta) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
         if call.id is not None or call.name is not None:
             self._called = True
             if self._held:  # text held back for stop sequences ends before the call

@@ -39,6 +39,7 @@ from app.schemas.chat import (
     ToolMessage,
     UserMessage,
 )
+from app.schemas.json import JsonObject
 from app.schemas.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -79,7 +80,7 @@ def decode_items(raw: str | list[msgspec.Raw] | bytes, param: str = "input") -> 
     return [decode_item(item, f"{param}[{index}]") for index, item in enumerate(raw)]
 
 
-def kind_of(raw: msgspec.Raw, param: str) -> tuple[str | None, Any]:
+def kind_of(raw: msgspec.Raw, param: str) -> tuple[str | None, object]:
     """An item's (or tool's) `type` and `role`; a 400 unless it is a JSON object."""
     try:
         kind = _kind.decode(raw)
@@ -290,10 +291,10 @@ def new_item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def listed_item(item: InputItem) -> dict[str, Any]:
+def listed_item(item: InputItem) -> JsonObject:
     """An input item as `input_items` lists it: with an `id`, a message's content as
     parts, `status` completed."""
-    out: dict[str, Any] = {k: v for k, v in msgspec.to_builtins(item).items() if v is not None}
+    out: JsonObject = {k: v for k, v in msgspec.to_builtins(item).items() if v is not None}
     if isinstance(item, MessageItem):
         out["type"] = "message"
         out["content"] = msgspec.to_builtins(_parts(item.content))

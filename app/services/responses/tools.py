@@ -11,8 +11,9 @@ header). A `tool_choice` that forces such a tool is a 400 naming it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import msgspec
 
@@ -20,6 +21,8 @@ from app.errors import InvalidRequest
 from app.schemas.responses import FunctionTool, NamespaceTool, ToolChoiceAllowed
 from app.schemas.tools import FunctionDefinition, NamedFunction, NamedToolChoice, Tool, ToolChoice
 from app.services.responses.items import invalid_at, kind_of
+
+T = TypeVar("T")
 
 MAX_NAME = 64  # chat's bound on a function's name, which the flat name must keep
 
@@ -61,14 +64,14 @@ def served_tools(raw: list[msgspec.Raw] | None) -> ServedTools:
     return served
 
 
-def _decoded(decoder: msgspec.json.Decoder[Any], tool: msgspec.Raw, param: str) -> Any:
+def _decoded(decoder: msgspec.json.Decoder[T], tool: msgspec.Raw, param: str) -> T:
     try:
         return decoder.decode(tool)
     except msgspec.ValidationError as exc:
         raise invalid_at(exc, param) from None
 
 
-def _convert(value: dict[str, Any], target: type[Any], param: str) -> Any:
+def _convert(value: Mapping[str, object], target: type[T], param: str) -> T:
     try:
         return msgspec.convert(value, target)
     except msgspec.ValidationError as exc:
@@ -87,7 +90,7 @@ def _chat_tool(function: FunctionTool, name: str | None = None) -> Tool:
     )
 
 
-def tool_choice(raw: str | dict[str, Any] | None, served: ServedTools) -> ToolChoice | None:
+def tool_choice(raw: str | Mapping[str, object] | None, served: ServedTools) -> ToolChoice | None:
     """Chat's `tool_choice`; `allowed_tools` narrows `served.tools` to those it names."""
     if raw is None or isinstance(raw, str):
         if raw not in (None, "none", "auto", "required"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -32,6 +32,7 @@ from app.schemas.responses_output import (
     FunctionCallOutput,
     IncompleteDetails,
     InputTokensDetails,
+    ItemStatus,
     OutputItem,
     OutputItemAdded,
     OutputItemDone,
@@ -52,6 +53,8 @@ from app.schemas.responses_output import (
     ResponseIncomplete,
     ResponseInProgress,
     ResponseUsage,
+    Status,
+    StreamEvent,
     TextLogprob,
     TopLogprob,
 )
@@ -65,7 +68,7 @@ from engine.protocol import ChoiceDelta, GenerateOutput
 _encoder = msgspec.json.Encoder()
 
 
-def event_frame(event: Any) -> bytes:
+def event_frame(event: StreamEvent) -> bytes:
     """One SSE event as OpenAI sends it: `event: <type>` and the JSON `data`."""
     kind = str(event.__struct_config__.tag)
     return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n"
@@ -124,11 +127,11 @@ class ResponsesGeneration(Generation[ChoiceState]):
         self._seq = 0
         self._started = False
         self.final: Response | None = None
-        self._tail: list[Any] = []
+        self._tail: list[StreamEvent] = []
 
     # ------------------------------------------------------------ the Response object
 
-    def response(self, status: Any, output: list[OutputItem], usage: Usage | None) -> Response:
+    def response(self, status: Status, output: list[OutputItem], usage: Usage | None) -> Response:
         source = self._request.source
         reasoning = source.reasoning
         return Response(
@@ -194,10 +197,10 @@ class ResponsesGeneration(Generation[ChoiceState]):
     def body(self, states: dict[int, ChoiceState], usage: Usage) -> Response:
         return self.finish()
 
-    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> Any:
+    def delta_chunk(self, position: int, output: GenerateOutput, delta: ChoiceDelta) -> NoReturn:
         raise NotImplementedError("streamed through `frames`")  # pragma: no cover
 
-    def usage_chunk(self, usage: Usage) -> Any:
+    def usage_chunk(self, usage: Usage) -> NoReturn:
         raise NotImplementedError("streamed through `closing_frames`")  # pragma: no cover
 
     # ------------------------------------------------------------ stream
@@ -220,7 +223,7 @@ class ResponsesGeneration(Generation[ChoiceState]):
 
     def error_frames(self, error: APIError) -> bytes:
         """The end of a stream that broke: an `error` event, then `response.failed`."""
-        events: list[Any] = self._start_events()
+        events: list[StreamEvent] = self._start_events()
         events.append(ErrorEvent(error.code, error.message, error.param, self._next()))
         failed = self.response("failed", list(self.items), self.usage())
         failed.error = ResponseErrorBody(error.code or error.error_type, error.message)
@@ -231,7 +234,7 @@ class ResponsesGeneration(Generation[ChoiceState]):
         self._seq += 1
         return self._seq - 1
 
-    def _start_events(self) -> list[Any]:
+    def _start_events(self) -> list[StreamEvent]:
         if self._started:
             return []
         self._started = True
@@ -242,8 +245,8 @@ class ResponsesGeneration(Generation[ChoiceState]):
 
     # ------------------------------------------------------------ items
 
-    def _delta(self, delta: ChoiceDelta) -> list[Any]:
-        events: list[Any] = []
+    def _delta(self, delta: ChoiceDelta) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
         if delta.reasoning:
             events += self._grow("reasoning", delta.reasoning, None)
         if delta.text:
@@ -256,8 +259,8 @@ class ResponsesGeneration(Generation[ChoiceState]):
 
     def _grow(
         self, kind: str, text: str, logprobs: list[protocol.TokenLogprob] | None
-    ) -> list[Any]:
-        events: list[Any] = []
+    ) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
         item = self._open
         if item is None or item.kind != kind:
             events += self._close()
@@ -273,8 +276,8 @@ class ResponsesGeneration(Generation[ChoiceState]):
             events.append(OutputTextDelta(item.id, item.index, 0, text, wire, self._next()))
         return events
 
-    def _call(self, call: protocol.ToolCallDelta) -> list[Any]:
-        events: list[Any] = []
+    def _call(self, call: protocol.ToolCallDelta) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
         item = self._open
         if item is None or item.kind != "function_call" or item.call_index != call.index:
             events += self._close()
@@ -292,8 +295,8 @@ class ResponsesGeneration(Generation[ChoiceState]):
         self._open = _Open(kind, len(self.items), item_id, [], [])
         return self._open
 
-    def _added(self, item: _Open) -> list[Any]:
-        events: list[Any] = [
+    def _added(self, item: _Open) -> list[StreamEvent]:
+        events: list[StreamEvent] = [
             OutputItemAdded(item.index, self._item(item, "in_progress"), self._next())
         ]
         if item.kind == "message":
@@ -306,18 +309,18 @@ class ResponsesGeneration(Generation[ChoiceState]):
             )
         return events
 
-    def _close(self) -> list[Any]:
+    def _close(self) -> list[StreamEvent]:
         item = self._open
         if item is None:
             return []
         self._open = None
         text = "".join(item.parts)
-        status = (
+        status: ItemStatus = (
             "incomplete" if self._finish == "length" and item.kind == "message" else "completed"
         )
         done = self._item(item, status)
         self.items.append(done)
-        events: list[Any] = []
+        events: list[StreamEvent] = []
         if item.kind == "message":
             assert isinstance(done, OutputMessage)
             part = done.content[0]
@@ -335,7 +338,7 @@ class ResponsesGeneration(Generation[ChoiceState]):
         events.append(OutputItemDone(item.index, done, self._next()))
         return events
 
-    def _item(self, item: _Open, status: Any) -> OutputItem:
+    def _item(self, item: _Open, status: ItemStatus) -> OutputItem:
         """The item as output lists it: in progress (empty, as `added` shows it) or done."""
         done = status != "in_progress"
         text = "".join(item.parts) if done else ""

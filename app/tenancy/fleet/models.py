@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.schema import fleet_models
 from app.schemas.models import ModelCard
+from app.schemas.prices import TopProvider
 from app.tasks import cancel_and_wait
 from engine.ticks import sleep_to_tick
 from engine.warm.model import ModelState, WarmModel
@@ -56,6 +57,9 @@ def model_card(model: WarmModel, name: str) -> ModelCard:
         family=info.family,
         reasons_by_default=info.reasons_by_default,
         state=str(model.state),
+        context_length=info.max_model_len,
+        # No bound of its own on the output: a request may generate up to the context.
+        top_provider=TopProvider(max_completion_tokens=info.max_model_len),
     )
 
 

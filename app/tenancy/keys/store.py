@@ -15,12 +15,13 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.schema import api_keys
+from app.schemas.json import JsonObject
 
 # The keys' last use, one row of parameters per key (executemany).
 _TOUCH = (
@@ -66,6 +67,17 @@ class KeyLimits:
         return self.models is None or name in self.models
 
 
+class LimitChanges(TypedDict, total=False):
+    """Some of a key's `KeyLimits`, to change (`KeyStore.update`)."""
+
+    rpm: int | None
+    tpm: int | None
+    max_concurrent: int | None
+    priority: int
+    models: tuple[str, ...] | None
+    weight: float
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
     id: str
@@ -81,7 +93,7 @@ class KeyRecord:
     def revoked(self) -> bool:
         return self.revoked_at is not None
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> JsonObject:
         """What `keys list` and GET /admin/keys show (never the hash)."""
         limits = self.limits
         return {
@@ -209,7 +221,7 @@ class KeyStore:
             )
         return replace(record, revoked_at=revoked_at)
 
-    async def update(self, key_id: str, changes: dict[str, Any], **group: str | None) -> KeyRecord:
+    async def update(self, key_id: str, changes: LimitChanges, **group: str | None) -> KeyRecord:
         """Change some limits (`KeyLimits` field names) of a key, and its cache group
         when `cache_group=` is given (None clears it)."""
         record = await self.get(key_id)

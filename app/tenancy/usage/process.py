@@ -40,13 +40,17 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from app.db.sqlite import BUSY_TIMEOUT_MS
 from app.tenancy.usage.child import Done, Insert
+from app.tenancy.usage.records import UsageRow
 from engine.remote.framing import FrameReader, frame
+
+if TYPE_CHECKING:
+    from app.tenancy.usage.sqlite import SqliteInserts
 
 log = logging.getLogger("lilac.usage")
 
@@ -68,14 +72,14 @@ class ProcessInserts:
         self._busy_timeout_ms = busy_timeout_ms
         self._child: _Child | None = None
         self._lock = asyncio.Lock()
-        self._fallback: Any = None  # app.tenancy.usage.sqlite.SqliteInserts, if no child
+        self._fallback: SqliteInserts | None = None  # if no child
 
     @property
     def pid(self) -> int | None:
         """The child's process id, while one runs."""
         return None if self._child is None else self._child.process.pid
 
-    async def insert(self, rows: list[tuple[Any, ...]]) -> None:
+    async def insert(self, rows: list[UsageRow]) -> None:
         if self._fallback is not None:
             await self._fallback.insert(rows)
             return
@@ -118,7 +122,7 @@ class ProcessInserts:
         if reply.error is not None:
             raise _error(reply.error, reply.message)
 
-    def _fall_back(self, why: str) -> Any:
+    def _fall_back(self, why: str) -> SqliteInserts:
         from app.tenancy.usage.sqlite import SqliteInserts
 
         log.warning("usage: cannot start the usage writer's process (%s); writing on a thread", why)

@@ -12,7 +12,7 @@ import functools
 import json
 import operator
 import time
-from typing import Any
+from typing import TypeAlias
 
 import msgspec
 
@@ -41,6 +41,9 @@ class UsageRecord(msgspec.Struct, gc=False):
     day: str = ""
     client_request_id: str | None = None  # the client's X-Request-Id, when it sent one
     batch_id: str | None = None  # the batch this work belongs to (None: interactive)
+    # Its cost in micro-units of the server's currency (None: not known), set as it is
+    # written (app.tenancy.prices.store).
+    cost_micros: int | None = None
 
     def __post_init__(self) -> None:
         if not self.day:
@@ -56,6 +59,11 @@ def day_of(seconds: float) -> str:
 
 
 _last_day: list[int | str] = [-1, ""]
+
+# What a usage row's columns hold (UsageRecord's fields are these scalars), and a row as
+# the SQLite inserts take it: a record's values in `FIELDS` order.
+UsageValue: TypeAlias = str | int | float | None
+UsageRow: TypeAlias = tuple[UsageValue, ...]
 
 FIELDS = UsageRecord.__struct_fields__
 record_values = operator.attrgetter(*FIELDS)  # a record's values in FIELDS order
@@ -75,7 +83,7 @@ def sqlite_insert(rows: int) -> str:
     )
 
 
-def record_row(record: UsageRecord) -> dict[str, Any]:
+def record_row(record: UsageRecord) -> dict[str, UsageValue]:
     return msgspec.structs.asdict(record)
 
 
@@ -92,5 +100,5 @@ def parse_record(line: str) -> UsageRecord | None:
         return None
 
 
-def describe(record: UsageRecord) -> dict[str, Any]:
+def describe(record: UsageRecord) -> dict[str, UsageValue]:
     return record_row(record)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from app.tenancy.usage.records import DEAD_LETTER_FILE, UsageRecord, record_line
 
@@ -55,7 +55,7 @@ class UsageSpool:
         self.path.unlink()
         self._holds = False
 
-    def keep_dead_letter(self, entry: dict[str, Any]) -> None:
+    def keep_dead_letter(self, entry: Mapping[str, object]) -> None:
         _append_lines(self.dead_letter_file, [json.dumps(entry) + "\n"])
 
 

@@ -28,12 +28,12 @@ import asyncio
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import sqlite_path
 from app.db.sqlite import BUSY_TIMEOUT_MS, connect
+from app.tenancy.usage.records import UsageRow
 from app.tenancy.usage.statements import insert_rows
 
 
@@ -59,11 +59,11 @@ class SqliteInserts:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lilac-usage")
         self._conn: sqlite3.Connection | None = None
 
-    async def insert(self, rows: list[tuple[Any, ...]]) -> None:
+    async def insert(self, rows: list[UsageRow]) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._insert, rows)
 
-    def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+    def _insert(self, rows: list[UsageRow]) -> None:
         if self._conn is None:
             self._conn = connect(self.path, self._busy_timeout_ms)
         insert_rows(self._conn, rows)

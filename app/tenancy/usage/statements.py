@@ -4,15 +4,15 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from collections.abc import Sequence
 
-from app.tenancy.usage.records import sqlite_insert
+from app.tenancy.usage.records import UsageValue, sqlite_insert
 
-# Rows in one INSERT (17 values each: well under SQLite's limit on a statement's values).
+# Rows in one INSERT (19 values each: well under SQLite's limit on a statement's values).
 ROWS_PER_STATEMENT = 64
 
 
-def insert_rows(conn: sqlite3.Connection, rows: list[Any]) -> None:
+def insert_rows(conn: sqlite3.Connection, rows: Sequence[Sequence[UsageValue]]) -> None:
     """Insert usage rows (each a record's values in `FIELDS` order) and commit: one
     statement, its own transaction, up to `ROWS_PER_STATEMENT` rows; more are several
     statements in one explicit transaction. Returns once the commit has."""

@@ -32,6 +32,9 @@ commit in a process of its own"). Where no child can be started, the thread does
 app.tenancy.usage.inserts; each key's `last_used_at`, written after a batch's requests
 have their answer, app.tenancy.usage.last_use.
 
+Each record's cost (`cost_micros`) is set as it is committed, from the prices in force
+when its request started (app.tenancy.prices.store).
+
 Refused requests (nothing generated) are not rows: `refuse` counts them
 (app.tenancy.usage.refusals) and the writer adds the counts to `usage_refusals` each
 second.
@@ -50,6 +53,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.schema import usage_dead_letter
 from app.tenancy.keys.store import KeyStore
+from app.tenancy.prices.store import PriceStore
 from app.tenancy.usage.commit_window import CommitWindow
 from app.tenancy.usage.faults import fault, reason
 from app.tenancy.usage.inserts import UsageInserts
@@ -67,8 +71,15 @@ RETRY_S = 1.0
 class UsageWriter:
     """Group-committing, spooling writer of usage records (one task per process)."""
 
-    def __init__(self, database: AsyncEngine, spool: Path, keys: KeyStore | None = None) -> None:
+    def __init__(
+        self,
+        database: AsyncEngine,
+        spool: Path,
+        keys: KeyStore | None = None,
+        prices: PriceStore | None = None,
+    ) -> None:
         self.database = database
+        self.prices = prices  # what each record costs, set as it is committed
         self.spool = spool
         self._spool = UsageSpool(spool)
         self.dead_letter_file = self._spool.dead_letter_file
@@ -213,6 +224,7 @@ class UsageWriter:
     async def _commit(self, records: list[UsageRecord]) -> list[UsageRecord]:
         """Commit `records`: together, else one by one (a row the database refuses is a
         dead letter). The records left unwritten because the database is down."""
+        await self._price(records)
         try:
             await self._inserts.insert(self.database, records)
         except Exception as exc:
@@ -223,6 +235,18 @@ class UsageWriter:
         self.written += len(records)
         self._mark(True)
         return []
+
+    async def _price(self, records: list[UsageRecord]) -> None:
+        """Each record's cost, from the prices in force when its request started; one
+        spooled with its cost keeps it, one spooled before the prices could be read
+        gets it when it is replayed."""
+        prices = self.prices
+        if prices is None:
+            return
+        await prices.ensure_loaded()
+        for record in records:
+            if record.cost_micros is None:
+                record.cost_micros = prices.cost_of(record)
 
     async def _row_by_row(self, records: list[UsageRecord]) -> list[UsageRecord]:
         for position, record in enumerate(records):

@@ -18,7 +18,7 @@ from litestar import Litestar
 
 from app.config.settings import Settings
 from app.main import create_app
-from app.transport.body_reads import BodyReads, ClientCounts, expects_body
+from app.transport.body_reads import SLOW_START_S, BodyReads, ClientCounts, expects_body
 from engine.scripted import ScriptedEngine
 from tests.client import scratch_data_dir
 
@@ -177,14 +177,18 @@ async def test_one_client_past_its_bound_gets_a_429_at_once_and_others_are_unaff
     await asyncio.sleep(0.05)
     assert counts(app).of(HERE[0]) == 2
 
-    refused = Exchange(app)  # its body is never read: it has none to give
+    refused = Exchange(app)  # half a body too: refused as it is seen arriving in parts
+    refused.part(HALF)
     await refused.done(within_s=1.0)
     assert refused.status == 429
     assert refused.error()["code"] == "too_many_bodies_in_flight"
     assert refused.error()["type"] == "rate_limit_exceeded"
     assert refused.headers["retry-after"] == "1"
     assert refused.headers["connection"] == "close"
-    assert refused.incoming.qsize() == 0 and counts(app).of(HERE[0]) == 2
+    assert counts(app).of(HERE[0]) == 2
+    silent = Exchange(app)  # headers, then nothing: in flight once its body is late
+    await silent.done(within_s=SLOW_START_S + 1.0)
+    assert silent.status == 429 and counts(app).of(HERE[0]) == 2
 
     other = Exchange(app, client=ELSEWHERE)  # another address has its own count
     other.part(CHAT, more=False)
@@ -273,3 +277,16 @@ def test_which_requests_expect_a_body(
 ) -> None:
     scope = {"headers": headers, "method": method, "http_version": http_version}
     assert expects_body(scope) is expected
+
+
+async def test_bodies_that_arrive_whole_are_never_counted() -> None:
+    """A burst far over the bound from one client, each body whole at once (a load
+    generator's 256 streams): every one answered."""
+    app = build(timeout_s=5.0, per_client=2)
+    burst = [Exchange(app) for _ in range(16)]
+    for request in burst:
+        request.part(CHAT, more=False)
+    for request in burst:
+        await request.done()
+    assert [request.status for request in burst] == [200] * 16
+    assert counts(app).total() == 0
