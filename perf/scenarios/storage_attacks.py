@@ -1,7 +1,7 @@
 """The attack matrix's rows on what a tenant can hold rather than compute (see
 perf/scenarios/attacks.py, which runs them as it runs the others):
 
-- `uploads`: 4 workers upload batch files of 1 MB in a loop; the key's stored bytes
+- `uploads`: 4 workers upload batch files of 0.5 MB in a loop; the key's stored bytes
   stop at `--max-stored-bytes-per-key` (413 `storage_quota_exceeded`) and its uploads
   count toward its requests per minute. The files are deleted when the attack stops.
 - `half_bodies`: 16 workers each open a connection from another loopback address
@@ -33,7 +33,8 @@ import httpx
 from engine.checkpoint import DEFAULT_MODEL_NAME
 from perf.scenarios.deferred_attacks import CLEANUP_CONNECTIONS, Outcome, Send, Target, outcome_of
 
-UPLOAD_BYTES = 1_000_000
+UPLOAD_BYTES = 500_000  # within the e2e keys server's --max-file-bytes (1 MB)
+UPLOAD_LINES = 50
 ATTACKER_ADDRESS = "127.0.0.2"  # any 127/8 address reaches a server bound to loopback
 HELD_WAIT_S = 1.0  # how long a half body waits for an answer before it is counted held
 FOLLOW_S = 1.0
@@ -50,11 +51,17 @@ class Held:
 
 
 def _upload_body() -> bytes:
-    line = json.dumps(
-        {"custom_id": "c", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": DEFAULT_MODEL_NAME, "messages": [{"role": "user", "content": "x"}]}}
-    ).encode() + b"\n"  # fmt: skip
-    return line * (UPLOAD_BYTES // len(line))
+    """`UPLOAD_BYTES` of `UPLOAD_LINES` batch lines (servers bound a file's lines too)."""
+    padding = "x" * (UPLOAD_BYTES // UPLOAD_LINES - 200)
+    lines = [
+        json.dumps(
+            {"custom_id": f"c{n}", "method": "POST", "url": "/v1/chat/completions",
+             "body": {"model": DEFAULT_MODEL_NAME,
+                      "messages": [{"role": "user", "content": padding}]}}
+        ).encode() + b"\n"
+        for n in range(UPLOAD_LINES)
+    ]  # fmt: skip
+    return b"".join(lines)
 
 
 def uploads(held: Held) -> Send:
@@ -172,7 +179,7 @@ def storage_attacks(target: Target) -> dict[str, tuple[str, int, Any, Any]]:
     made_uploads, made_bodies, made_followers = Held(), Held(), Held()
     return {
         "uploads": (
-            f"batch file uploads of {UPLOAD_BYTES // 1_000_000} MB, 4 at once",
+            f"batch file uploads of {UPLOAD_BYTES / 1e6:g} MB, 4 at once",
             4,
             uploads(made_uploads),
             cleanup(made_uploads),
