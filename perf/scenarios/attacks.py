@@ -817,7 +817,8 @@ def goal_line(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     names = (
-        "rag,prompts64,streams256,largest,long_prompts,bad_requests,background,batches,count_tokens"
+        "rag,prompts64,streams256,largest,long_prompts,bad_requests,background,batches,"
+        "count_tokens,uploads,half_bodies,followers"
     )
     parser.add_argument("--attacks", default=names, help=f"comma-separated, of {names}")
     parser.add_argument(
