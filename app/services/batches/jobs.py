@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
@@ -192,15 +193,24 @@ class BatchJobs:
         if task is None:
             if len(self._validating) >= MAX_VALIDATIONS:
                 return  # a later tick, once one of those has ended
+            current = await self.store.get(job.id)
+            if current is None or current.state != "validating":
+                return  # a validation that ended since this tick's look moved it on
             if not await self.store.hold(job.id, self.replica, VALIDATE_LEASE_S):
                 return  # another replica validates it
             task = asyncio.get_running_loop().create_task(self._validation(job))
             self._validating[job.id] = task
-        done, _ = await asyncio.wait({task}, timeout=VALIDATE_WAIT_S)
-        if done:
-            del self._validating[job.id]
-            if not task.cancelled() and task.exception() is not None:
-                log.error("batch %s: validation failed", job.id, exc_info=task.exception())
+            # Its place is freed when it ends, seen or not: a validation longer than this
+            # tick's wait moves its job on by itself, and no later tick tends the job as
+            # validating again to free it.
+            task.add_done_callback(functools.partial(self._validated, job.id))
+        await asyncio.wait({task}, timeout=VALIDATE_WAIT_S)
+
+    def _validated(self, job_id: str, task: asyncio.Task[bool]) -> None:
+        if self._validating.get(job_id) is task:
+            del self._validating[job_id]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("batch %s: validation failed", job_id, exc_info=task.exception())
 
     async def _validation(self, job: Job) -> bool:
         key = await self._key(job)

@@ -116,7 +116,34 @@ async def test_a_replica_validates_two_batches_at_a_time(
             ]
             if "validating" not in states:
                 break
-            assert asyncio.get_running_loop().time() < deadline, states
+            assert asyncio.get_running_loop().time() < deadline, (states, started, at_once)
             await asyncio.sleep(0.02)
         assert sorted(started) == sorted(made)
         assert max(at_once) == 2, at_once
+
+
+async def test_a_validation_longer_than_a_tick_frees_its_place_when_it_ends(
+    database: AsyncEngine, tmp_path: Path
+) -> None:
+    """A validation still going when its tick stops waiting moves its batch on by itself;
+    no later tick tends that batch as validating, so its place among the replica's two
+    must be freed when it ends, or after two such batches no validation would start."""
+    async with keyed_app(database, tmp_path / "spool.jsonl") as (http, tenancy):
+        key_id, secret = await new_key(tenancy, rpm=None)
+        runner = runner_of(http)
+        jobs = runner.handlers["batch"]
+        validation = jobs._validation  # type: ignore[attr-defined]
+
+        async def slow(job: Any) -> bool:  # longer than the tick's wait for it
+            await asyncio.sleep(1.0)
+            return bool(await validation(job))
+
+        jobs._validation = slow  # type: ignore[attr-defined]
+        file_id = await upload(http, key_id, [chat_line("r0")])
+        made = await http.post(BATCHES, json=creation(file_id), headers=bearer(secret))
+        await runner.step()  # starts the validation, waits half a second for it
+        assert len(jobs._validating) == 1  # type: ignore[attr-defined]
+        await asyncio.sleep(1.5)  # it ends, and the batch is in progress
+        assert jobs._validating == {}  # type: ignore[attr-defined]
+        status = await http.get(f"{BATCHES}/{made.json()['id']}", headers=bearer(secret))
+        assert status.json()["status"] != "validating"
