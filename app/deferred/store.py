@@ -240,9 +240,10 @@ class DeferredStore(LineLeases):
                 await conn.execute(insert(deferred_lines), rows)
         return True
 
-    async def clear_lines(self, job_id: str) -> int:
-        """Delete the job's lines (those a cut or failed validation staged),
-        `DELETE_CHUNK` a transaction, so no write lock is held long; how many."""
+    async def clear_lines(self, job_id: str, per_step: int = DELETE_CHUNK) -> int:
+        """Delete the job's lines (those a cut or failed validation staged, or those of
+        a job purged), `per_step` a transaction, so no write lock is held long; how
+        many."""
         lines = deferred_lines.c
         engine = await self._engine()
         deleted = 0
@@ -253,7 +254,7 @@ class DeferredStore(LineLeases):
                         select(lines.seq)
                         .where(lines.job_id == job_id)
                         .order_by(lines.seq)
-                        .offset(DELETE_CHUNK - 1)
+                        .offset(per_step - 1)
                         .limit(1)
                     )
                 ).scalar_one_or_none()

@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import delete, select
 
-from app.db.deferred import deferred_jobs, deferred_lines
+from app.db.deferred import deferred_jobs
+from app.deferred.store import DeferredStore
 from app.schemas.batches import FINAL_STATUSES
 from app.services.batches.jobs import KIND
 from app.storage.database import TenantDatabase
@@ -53,6 +54,7 @@ class RetentionPurge:
         self.database = database
         self.batch_retention_s = batch_retention_s
         self.files = files or FilePurge(database)
+        self.store = DeferredStore(database)
         self._clock = clock
         self.lines_per_step = lines_per_step
 
@@ -80,34 +82,12 @@ class RetentionPurge:
                 rows = (await conn.execute(ended)).all()
             for row in rows:
                 await self.files.expire(_result_files(row.result), now)
-                await self._delete_lines(row.id)
+                await self.store.clear_lines(row.id, self.lines_per_step)
                 async with engine.begin() as conn:
                     await conn.execute(delete(deferred_jobs).where(jobs.id == row.id))
             total += len(rows)
             if len(rows) < PURGE_BATCHES:
                 return total
-
-    async def _delete_lines(self, job_id: str) -> None:
-        """The job's lines, `lines_per_step` a transaction."""
-        lines = deferred_lines.c
-        engine = await self.database.engine()
-        while True:
-            async with engine.begin() as conn:
-                last = (
-                    await conn.execute(
-                        select(lines.seq)
-                        .where(lines.job_id == job_id)
-                        .order_by(lines.seq)
-                        .offset(self.lines_per_step - 1)
-                        .limit(1)
-                    )
-                ).scalar_one_or_none()
-                where = lines.job_id == job_id
-                if last is not None:
-                    where = and_(where, lines.seq <= last)
-                await conn.execute(delete(deferred_lines).where(where))
-            if last is None:
-                return
 
     async def _live_inputs(self) -> set[str]:
         """The input files of the batches not yet ended (a key has at most
