@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -39,52 +37,32 @@ from app.db.engine import DatabaseError
 from app.db.schema import FILENAME_CHARS, file_chunks, files
 from app.errors import FileNotFound, StorageUnavailable
 from app.storage.database import TenantDatabase
-from app.storage.lines import LineCounter, LineSplitter
+from app.storage.file_chunks import write_regrouped
+from app.storage.file_rows import (
+    PROCESSED,
+    UPLOADING,
+    FileObject,
+    file_object,
+    held_bytes,
+    live,
+    new_file_id,
+)
+from app.storage.lines import LineSplitter
 
-__all__ = ["CHUNK_BYTES", "FileNotFound", "FileObject", "FileStore", "new_file_id"]
+__all__ = [
+    "CHUNK_BYTES",
+    "PROCESSED",
+    "FileNotFound",
+    "FileObject",
+    "FileStore",
+    "new_file_id",
+]
 
 log = logging.getLogger("lilac.files")
 
 CHUNK_BYTES = 1024 * 1024
 # An `uploading` file older than this was cut by a crash: the next write removes it.
 STALE_UPLOAD_S = 24 * 3600.0
-PROCESSED = "processed"
-UPLOADING = "uploading"
-
-
-@dataclass(frozen=True, slots=True)
-class FileObject:
-    """OpenAI's File object, plus `line_count`: the file's non-blank lines (for a
-    batch input file, its requests)."""
-
-    id: str
-    bytes: int
-    created_at: int
-    filename: str
-    purpose: str
-    line_count: int
-    status: str = PROCESSED
-    expires_at: int | None = None
-    object: str = "file"
-
-
-def new_file_id() -> str:
-    return "file-" + secrets.token_hex(12)
-
-
-def _object(row: Row[tuple[object, ...]]) -> FileObject:
-    m = row._mapping
-    expires = m["expires_at"]
-    return FileObject(
-        id=m["id"],
-        bytes=int(m["bytes"]),
-        created_at=int(m["created_at"]),
-        filename=m["filename"],
-        purpose=m["purpose"],
-        line_count=int(m["line_count"]),
-        status=m["status"],
-        expires_at=None if expires is None else int(expires),
-    )
 
 
 class FileStore:
@@ -249,46 +227,21 @@ class FileStore:
             assert inserted is not None  # an insert of one row has its key
             pk = int(inserted[0])
             if quota is not None:
-                held = select(func.coalesce(func.sum(files.c.bytes), 0)).where(
-                    files.c.owner == row["owner"], files.c.pk != pk, _live(now)
-                )
+                held = held_bytes(str(row["owner"]), now, but=pk)
                 quota(int((await conn.execute(held)).scalar_one()))  # raising rolls back
         return pk
 
     async def held_bytes(self, owner: str) -> int:
         """The bytes of `owner`'s files not expired, uploads under way included."""
-        statement = select(func.coalesce(func.sum(files.c.bytes), 0)).where(
-            files.c.owner == owner, _live(self._clock())
-        )
         async with self._connection() as conn:
-            return int((await conn.execute(statement)).scalar_one())
+            return int((await conn.execute(held_bytes(owner, self._clock()))).scalar_one())
 
     async def _write_chunks(self, pk: int, chunks: AsyncIterable[bytes]) -> tuple[int, int, int]:
-        """Write `chunks` regrouped; (bytes, non-blank lines, chunks written). Each byte
-        is copied once into the chunk being filled, whatever the sizes handed in."""
-        counter = LineCounter()
-        filling = bytearray()
-        size = seq = 0
-        async for chunk in chunks:
-            counter.feed(chunk)
-            size += len(chunk)
-            view, offset = memoryview(chunk), 0
-            while len(filling) + len(view) - offset >= self.chunk_bytes:
-                take = self.chunk_bytes - len(filling)
-                filling += view[offset : offset + take]
-                offset += take
-                await self._write_chunk(pk, seq, bytes(filling))
-                seq += 1
-                filling = bytearray()
-            filling += view[offset:]
-        if filling:
-            await self._write_chunk(pk, seq, bytes(filling))
-            seq += 1
-        return size, counter.finish(), seq
+        async def write(seq: int, data: bytes) -> None:
+            async with self._connection(write=True) as conn:
+                await conn.execute(insert(file_chunks).values(file_pk=pk, seq=seq, data=data))
 
-    async def _write_chunk(self, pk: int, seq: int, data: bytes) -> None:
-        async with self._connection(write=True) as conn:
-            await conn.execute(insert(file_chunks).values(file_pk=pk, seq=seq, data=data))
+        return await write_regrouped(chunks, self.chunk_bytes, write)
 
     @contextlib.asynccontextmanager
     async def _connection(self, *, write: bool = False) -> AsyncIterator[AsyncConnection]:
@@ -305,14 +258,14 @@ class FileStore:
     async def get(self, owner: str, file_id: str) -> FileObject:
         """The file, if `owner`'s, whole and not expired; else `FileNotFound`."""
         row = await self._row(owner, file_id)
-        return _object(row)
+        return file_object(row)
 
     async def _row(
         self, owner: str, file_id: str, *, expired_too: bool = False
     ) -> Row[tuple[object, ...]]:
         conditions = [files.c.id == file_id, files.c.owner == owner, files.c.status == PROCESSED]
         if not expired_too:
-            conditions.append(_live(self._clock()))
+            conditions.append(live(self._clock()))
         async with self._connection() as conn:
             row = (await conn.execute(select(files).where(*conditions))).first()
         if row is None:
@@ -358,7 +311,7 @@ class FileStore:
         """`owner`'s files, newest first (`order` "desc") or oldest first ("asc"), after
         the file `after` in that order (`FileNotFound` with param `after` for an id
         that is not the owner's), at most `limit`."""
-        conditions = [files.c.owner == owner, files.c.status == PROCESSED, _live(self._clock())]
+        conditions = [files.c.owner == owner, files.c.status == PROCESSED, live(self._clock())]
         if purpose is not None:
             conditions.append(files.c.purpose == purpose)
         descending = order != "asc"
@@ -379,7 +332,7 @@ class FileStore:
                 .limit(limit)
             )
             rows = (await conn.execute(statement)).all()
-        return [_object(row) for row in rows]
+        return [file_object(row) for row in rows]
 
     async def delete(self, owner: str, file_id: str) -> None:
         """Remove `owner`'s file and its content; `FileNotFound` if there is none."""
@@ -404,8 +357,3 @@ class FileStore:
             pks = list(stale)
         for pk in pks:
             await self._remove(pk)
-
-
-def _live(now: float) -> ColumnElement[bool]:
-    """A file not expired at `now`."""
-    return or_(files.c.expires_at.is_(None), files.c.expires_at > now)
