@@ -13,24 +13,28 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
 from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db.deferred import deferred_jobs, deferred_lines
 from app.db.engine import DatabaseError
 from app.db.responses import OWNER_CHARS, RESPONSE_ID_CHARS, stored_responses
 from app.errors import ChainTooLong, DatabaseUnavailable, ResponseNotFound, StoredTooLarge
 from app.storage.database import TenantDatabase
-from app.storage.response_events import response_events
+from app.storage.response_records import (
+    DAY_S,
+    ResponseLimits,
+    StoredResponse,
+    delete_kept_with,
+    stored_response,
+)
 from engine.ticks import sleep_to_tick
 
 __all__ = [
+    "DAY_S",
     "ChainTooLong",
     "DatabaseUnavailable",
     "ResponseLimits",
@@ -42,7 +46,6 @@ __all__ = [
 
 log = logging.getLogger("lilac.storage")
 
-DAY_S = 86_400.0
 # Expired rows are deleted this many at a time, so the purge never holds the database's
 # write lock for long (SQLite has one for the whole file).
 PURGE_BATCH = 500
@@ -52,45 +55,6 @@ PURGE_INTERVAL_S = 3600.0
 _table = stored_responses
 T = TypeVar("T")
 _ids = msgspec.json.Decoder(list[str])
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResponse:
-    id: str
-    owner: str
-    model: str
-    created_at: float
-    previous_response_id: str | None
-    status: str
-    response: bytes  # the Response object's JSON, exactly as GET /v1/responses/{id} returns it
-    input_items: bytes  # JSON array of this request's input items, each with an "id"
-    output_items: bytes  # JSON array of the response's output items
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseLimits:
-    retention_s: float = 30 * DAY_S
-    max_stored_bytes: int = 16 * 1024 * 1024
-    max_chain: int = 100  # responses in one chain, a continuation's new one included
-    max_chain_bytes: int = 32 * 1024 * 1024  # input and output items of one chain
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> ResponseLimits:
-        checks = {
-            "--response-retention-days": settings.response_retention_days,
-            "--max-stored-response-bytes": settings.max_stored_response_bytes,
-            "--max-response-chain": settings.max_response_chain,
-            "--max-response-chain-bytes": settings.max_response_chain_bytes,
-        }
-        for flag, value in checks.items():
-            if not value > 0:
-                raise SystemExit(f"{flag} must be positive, not {value}")
-        return cls(
-            retention_s=settings.response_retention_days * DAY_S,
-            max_stored_bytes=settings.max_stored_response_bytes,
-            max_chain=settings.max_response_chain,
-            max_chain_bytes=settings.max_response_chain_bytes,
-        )
 
 
 class ResponseStore:
@@ -207,8 +171,8 @@ class ResponseStore:
                 depth = previous.depth + 1
                 ancestors = [*_ids.decode(previous.ancestors), stored.previous_response_id]
                 ancestor_bytes = previous.ancestor_bytes + previous.items_bytes
-                self._check_chain(stored.previous_response_id, depth + 1)
-                self._check_chain_bytes(stored.id, ancestor_bytes + items_bytes)
+                self.limits.check_chain(stored.previous_response_id, depth + 1)
+                self.limits.check_chain_bytes(stored.id, ancestor_bytes + items_bytes)
             await conn.execute(
                 insert(_table).values(
                     id=stored.id,
@@ -260,7 +224,7 @@ class ResponseStore:
             row = (await conn.execute(select(_table).where(self._mine(owner, response_id)))).first()
         if row is None:
             raise ResponseNotFound(response_id)
-        return _stored(row)
+        return stored_response(row)
 
     async def _status(self, owner: str, response_id: str) -> str | None:
         if len(response_id) > RESPONSE_ID_CHARS or not self.database.exists():
@@ -276,8 +240,8 @@ class ResponseStore:
         engine = await self._readable(response_id, "previous_response_id")
         async with engine.connect() as conn:
             head = await self._head(conn, owner, response_id)
-            self._check_chain(response_id, head.depth + 2)
-            self._check_chain_bytes(response_id, head.ancestor_bytes + head.items_bytes)
+            self.limits.check_chain(response_id, head.depth + 2)
+            self.limits.check_chain_bytes(response_id, head.ancestor_bytes + head.items_bytes)
             ids = [*_ids.decode(head.ancestors), response_id]
             rows = await conn.execute(
                 select(_table).where(
@@ -286,7 +250,7 @@ class ResponseStore:
                     & (_table.c.created_at >= self._cutoff())
                 )
             )
-            found = {row.id: _stored(row) for row in rows}
+            found = {row.id: stored_response(row) for row in rows}
         for an_id in ids:
             if an_id not in found:
                 raise ResponseNotFound(an_id, param="previous_response_id")
@@ -311,7 +275,7 @@ class ResponseStore:
                     & (_table.c.created_at >= self._cutoff())
                 )
             )
-            found = {row.id: _stored(row) for row in rows}
+            found = {row.id: stored_response(row) for row in rows}
         if response_id not in found:  # deleted between the two reads
             raise ResponseNotFound(response_id)
         return [found[an_id] for an_id in ids if an_id in found]
@@ -324,7 +288,7 @@ class ResponseStore:
             result = await conn.execute(delete(_table).where(self._mine(owner, response_id)))
             if result.rowcount == 0:
                 raise ResponseNotFound(response_id)
-            await _delete_kept_with(conn, [response_id])
+            await delete_kept_with(conn, [response_id])
 
     async def purge_expired(self, now: float) -> int:
         """Delete every response past the retention period at `now`; how many went."""
@@ -336,7 +300,7 @@ class ResponseStore:
             async with engine.begin() as conn:
                 ids = list((await conn.execute(expired)).scalars())
                 if ids:
-                    await _delete_kept_with(conn, ids)
+                    await delete_kept_with(conn, ids)
                     await conn.execute(delete(_table).where(_table.c.id.in_(ids)))
             total += len(ids)
             if len(ids) < PURGE_BATCH:
@@ -374,40 +338,3 @@ class ResponseStore:
         if row is None:
             raise ResponseNotFound(response_id, param="previous_response_id")
         return row
-
-    def _check_chain(self, response_id: str, responses: int) -> None:
-        if responses > self.limits.max_chain:
-            raise ChainTooLong(
-                f"Continuing response '{response_id}' would make a chain of {responses} "
-                f"responses; this server keeps chains of at most {self.limits.max_chain}."
-            )
-
-    def _check_chain_bytes(self, response_id: str, size: int) -> None:
-        if size > self.limits.max_chain_bytes:
-            raise ChainTooLong(
-                f"The chain of response '{response_id}' holds {size} bytes of items; this "
-                f"server continues chains of at most {self.limits.max_chain_bytes} bytes."
-            )
-
-
-async def _delete_kept_with(conn: AsyncConnection, response_ids: list[str]) -> None:
-    """What is kept with a background response and goes with it: its events, and its
-    deferred job and line (the request as sent)."""
-    events = response_events.c
-    await conn.execute(delete(response_events).where(events.response_id.in_(response_ids)))
-    await conn.execute(delete(deferred_lines).where(deferred_lines.c.job_id.in_(response_ids)))
-    await conn.execute(delete(deferred_jobs).where(deferred_jobs.c.id.in_(response_ids)))
-
-
-def _stored(row: Row[Any]) -> StoredResponse:
-    return StoredResponse(
-        id=row.id,
-        owner=row.owner,
-        model=row.model,
-        created_at=row.created_at,
-        previous_response_id=row.previous_response_id,
-        status=row.status,
-        response=bytes(row.response),
-        input_items=bytes(row.input_items),
-        output_items=bytes(row.output_items),
-    )
