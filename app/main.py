@@ -127,7 +127,9 @@ def create_app(
     tenant_data = TenantDatabase(database_url(settings), shared_pool)
     response_store = ResponseStore(tenant_data, ResponseLimits.from_settings(settings))
     # Ended batches and expired files, deleted in bounded steps.
-    retention = RetentionPurge(tenant_data, settings.batch_retention_days * DAY_S)
+    retention = RetentionPurge(
+        tenant_data, settings.batch_retention_days * DAY_S, responses=response_store
+    )
 
     @asynccontextmanager
     async def engine_lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -141,8 +143,7 @@ def create_app(
         await admission.start()
         lag_sampler = asyncio.create_task(loop_lag.run())
         await tenancy.start()
-        purger = asyncio.create_task(response_store.purge_forever())  # expired responses
-        file_purger = asyncio.create_task(retention.purge_forever())
+        purger = asyncio.create_task(retention.purge_forever())  # expired tenant data
         batch_runner.start()
         if handle_sigterm:
             _drain_on_sigterm(admission)
@@ -156,7 +157,6 @@ def create_app(
                 starter.cancel()
             lag_sampler.cancel()
             purger.cancel()
-            file_purger.cancel()
             if watcher is not None:
                 watcher.cancel()
             await batch_runner.close()  # running lines are released for a later run

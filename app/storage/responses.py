@@ -31,7 +31,6 @@ from app.storage.response_records import (
     delete_kept_with,
     stored_response,
 )
-from engine.ticks import sleep_to_tick
 
 __all__ = [
     "DAY_S",
@@ -49,8 +48,6 @@ log = logging.getLogger("lilac.storage")
 # Expired rows are deleted this many at a time, so the purge never holds the database's
 # write lock for long (SQLite has one for the whole file).
 PURGE_BATCH = 500
-# How often each server deletes expired rows; reads never return them in between.
-PURGE_INTERVAL_S = 3600.0
 
 _table = stored_responses
 T = TypeVar("T")
@@ -305,20 +302,6 @@ class ResponseStore:
             total += len(ids)
             if len(ids) < PURGE_BATCH:
                 return total
-
-    async def purge_forever(self, interval_s: float = PURGE_INTERVAL_S) -> None:
-        """Purge now and then every `interval_s`, for the server's lifetime. A database
-        not yet made is left alone (a server that stores nothing creates none); one
-        that cannot be reached is tried again at the next round."""
-        while True:
-            if self.database.exists():
-                try:
-                    purged = await self.purge_expired(self._clock())
-                    if purged:
-                        log.info("purged %d expired stored responses", purged)
-                except Exception as exc:  # the database may be down: try again later
-                    log.warning("purging expired stored responses failed: %s", exc)
-            await sleep_to_tick(interval_s)  # on the grid of the periodic work
 
     async def _readable(self, response_id: str, param: str | None = None) -> AsyncEngine:
         """The database, to read what it holds: where none was made yet it holds nothing,

@@ -1,7 +1,9 @@
-"""Retention of tenant data: each round deletes the batches ended longer than
-`--batch-retention-days` ago (their lines, then the job; their output and error files
-are made to expire at once), then every expired file (app.storage.file_purge), each in
-bounded steps so that the tenant database is never held long.
+"""Retention of tenant data, one round an hour for all of it: each round deletes the
+stored responses past `--response-retention-days` (app.storage.responses), the batches
+ended longer than `--batch-retention-days` ago (their lines, then the job; their output
+and error files are made to expire at once), then every expired file
+(app.storage.file_purge), each in bounded steps so that the tenant database is never
+held long.
 
 A batch not yet ended is never deleted, and the input file of one is kept past its
 expiry (readers no longer see it, but the batch still reads it) until it has ended.
@@ -23,6 +25,7 @@ from app.schemas.batches import FINAL_STATUSES
 from app.services.batches.jobs import KIND
 from app.storage.database import TenantDatabase
 from app.storage.file_purge import FilePurge
+from app.storage.responses import ResponseStore
 from engine.ticks import sleep_to_tick
 
 log = logging.getLogger("lilac.retention")
@@ -39,6 +42,7 @@ PURGE_INTERVAL_S = 3600.0
 class Purged:
     batches: int
     files: int
+    responses: int = 0
 
 
 class RetentionPurge:
@@ -48,6 +52,7 @@ class RetentionPurge:
         batch_retention_s: float,
         *,
         files: FilePurge | None = None,
+        responses: ResponseStore | None = None,
         clock: Callable[[], float] = time.time,
         lines_per_step: int = PURGE_LINES,
     ) -> None:
@@ -55,14 +60,17 @@ class RetentionPurge:
         self.batch_retention_s = batch_retention_s
         self.files = files or FilePurge(database)
         self.store = DeferredStore(database)
+        self.responses = responses
         self._clock = clock
         self.lines_per_step = lines_per_step
 
     async def purge(self, now: float) -> Purged:
-        """One round at `now`: ended batches past retention, then expired files."""
+        """One round at `now`: stored responses and ended batches past retention, then
+        expired files."""
+        responses = 0 if self.responses is None else await self.responses.purge_expired(now)
         batches = await self.purge_batches(now)
         keep = await self._live_inputs()
-        return Purged(batches, await self.files.purge_expired(now, keep))
+        return Purged(batches, await self.files.purge_expired(now, keep), responses)
 
     async def purge_batches(self, now: float) -> int:
         """Delete the batches that ended before `now` less the retention; how many."""
@@ -106,10 +114,14 @@ class RetentionPurge:
             if self.database.exists():
                 try:
                     purged = await self.purge(self._clock())
-                    if purged.batches or purged.files:
-                        log.info("purged %d ended batches, %d expired files", *_counts(purged))
+                    if purged.batches or purged.files or purged.responses:
+                        log.info(
+                            "purged %d ended batches, %d expired files, %d expired stored "
+                            "responses",
+                            *_counts(purged),
+                        )
                 except Exception as exc:  # the database may be down: try again later
-                    log.warning("purging ended batches and expired files failed: %s", exc)
+                    log.warning("purging expired tenant data failed: %s", exc)
             await sleep_to_tick(interval_s)  # on the grid of the periodic work
 
 
@@ -119,5 +131,5 @@ def _result_files(result: str | None) -> list[str]:
     return [found[name] for name in ("output_file_id", "error_file_id") if found.get(name)]
 
 
-def _counts(purged: Purged) -> tuple[int, int]:
-    return purged.batches, purged.files
+def _counts(purged: Purged) -> tuple[int, int, int]:
+    return purged.batches, purged.files, purged.responses

@@ -17,6 +17,7 @@ from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.responses import stored_responses
+from app.services.batches.retention import RetentionPurge
 from app.storage import responses as module
 from app.storage.database import TenantDatabase
 from app.storage.responses import (
@@ -272,7 +273,8 @@ async def test_the_purge_deletes_in_batches(
 async def test_the_purge_creates_no_database(tmp_path: Path) -> None:
     path = tmp_path / "lilac.db"
     store = ResponseStore(TenantDatabase(f"sqlite:///{path}"))
-    task = asyncio.create_task(store.purge_forever(interval_s=0.01))
+    retention = RetentionPurge(store.database, 30 * DAY_S, responses=store)
+    task = asyncio.create_task(retention.purge_forever(interval_s=0.01))
     await asyncio.sleep(0.05)
     task.cancel()
     assert not path.exists() and not store.database.opened
