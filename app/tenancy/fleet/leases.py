@@ -43,6 +43,7 @@ class Lease:
 
 class KeyLease:
     __slots__ = (
+        "headers_cache",
         "in_flight",
         "limits",
         "peak",
@@ -64,6 +65,8 @@ class KeyLease:
         self.slots_dry_until = 0.0
         self.in_flight = 0
         self.peak = 0  # most in flight since the last round
+        # The last x-ratelimit headers made, and the levels they were made from.
+        self.headers_cache: tuple[tuple[float, ...], list[tuple[bytes, bytes]]] = ((), [])
         self.used_at = now
         self.stamp = now  # last local refill while counting alone
 

@@ -94,6 +94,11 @@ class FleetLimiter:
 
     def _state(self, key_id: str, limits: KeyLimits, now: float) -> KeyLease:
         state = self._keys.get(key_id)
+        if state is not None and state.limits is limits:  # the cached key's: most calls
+            return state
+        if state is not None and state.limits == limits:
+            state.limits = limits  # the same limits read again: the next call finds it so
+            return state
         if state is None or state.limits != limits:
             fresh = KeyLease(limits, now)
             if state is not None:  # limits changed: what is in flight still is
@@ -316,7 +321,21 @@ def _refuse_impossible(limits: KeyLimits, tokens: int, slots: int) -> None:
 
 def _headers(state: KeyLease) -> list[tuple[bytes, bytes]]:
     """OpenAI's x-ratelimit-* headers of a key: the shared bucket as the last round left
-    it plus this replica's slice."""
+    it plus this replica's slice. A key under its limits sends the same headers request
+    after request: the last list is given again while the levels it was made from hold
+    (callers never change it)."""
+    levels = tuple(
+        lease.left + lease.held for lease in (state.requests, state.tokens) if lease is not None
+    )
+    made_from, made = state.headers_cache
+    if levels == made_from and made:
+        return made
+    made = _made_headers(state)
+    state.headers_cache = (levels, made)
+    return made
+
+
+def _made_headers(state: KeyLease) -> list[tuple[bytes, bytes]]:
     out: list[tuple[bytes, bytes]] = []
     for kind, lease in ((b"requests", state.requests), (b"tokens", state.tokens)):
         if lease is None:
